@@ -1,0 +1,186 @@
+"""One engine step: schedule, run the model, update the sequences; and the engine's statistics.
+
+`Engine` is single-threaded and knows nothing of Triton: `add`, `abort` and `step` are its seams,
+`stats` its report. `engine_loop` runs it on a thread; tests and benchmarks call it directly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from triton_backend.detokenizer import TextStream
+from triton_backend.kv_cache import SlotKVCache
+from triton_backend.presets import EOS_TOKEN_ID
+from triton_backend.runner import GPT2Runner
+from triton_backend.sampler import SamplingState, sample
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.scheduler import Scheduler, SchedulerConfig
+from triton_backend.sequence import FinishReason, Request, RequestOutput, Sequence
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    running_requests: int
+    waiting_requests: int
+    kv_slots_used: int
+    kv_slots_total: int
+
+    @property
+    def kv_usage(self) -> float:
+        return self.kv_slots_used / self.kv_slots_total
+
+
+class Engine:
+    def __init__(
+        self,
+        runner: GPT2Runner,
+        token_bytes: list[bytes],
+        scheduler_config: SchedulerConfig,
+        clock: Callable[[], float],
+        seed: int = 0,
+    ) -> None:
+        self.runner = runner
+        self.cache: SlotKVCache = runner.cache
+        self.scheduler = Scheduler(scheduler_config)
+        self._token_bytes = token_bytes
+        self._clock = clock
+        self._requests: dict[str, Request] = {}
+        # Seeds for requests that name none: reproducible runs of the engine, distinct per choice.
+        self._seeds = random.Random(seed)
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def in_flight(self) -> list[str]:
+        return list(self._requests)
+
+    def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> None:
+        if request_id in self._requests:
+            raise ValueError(f"request id {request_id!r} is already in flight")
+        if params.n > self.cache.num_slots:
+            raise ValueError(
+                f"n: {params.n} choices need more KV slots than this instance has ({self.cache.num_slots})"
+            )
+        request = Request(request_id, list(prompt_ids), params, arrival)
+        device = self.runner.device
+        for index in range(params.n):
+            seed = params.seed + index if params.seed is not None else self._seeds.getrandbits(63)
+            generator = None if params.greedy else torch.Generator(device=device).manual_seed(seed)
+            state = SamplingState(params, generator, list(prompt_ids), 0)
+            request.sequences.append(Sequence(index, state, TextStream(self._token_bytes, params.stop)))
+        self._requests[request_id] = request
+        self.scheduler.add(request)
+
+    def abort(self, request_id: str) -> RequestOutput | None:
+        """Stop a request (cancelled by its client) and free its slots; None if it is not here."""
+        request = self._requests.pop(request_id, None)
+        if request is None:
+            return None
+        self.scheduler.remove(request_id)
+        for seq in request.sequences:
+            if seq.finish_reason is None:
+                seq.finish_reason = FinishReason.CANCELLED
+        self._release(request)
+        return self._output(request, self._clock())
+
+    def step(self) -> list[RequestOutput]:
+        plan = self.scheduler.schedule(self.cache.free_slots)
+        for request in plan.admitted:
+            for seq in request.sequences:
+                seq.slot = self.cache.allocate()
+        touched: dict[str, Request] = {}
+        if plan.decode:
+            logits = self.runner.decode(
+                [seq.slot for seq in plan.decode if seq.slot is not None],
+                [seq.last_token for seq in plan.decode],
+                [seq.position for seq in plan.decode],
+            )
+            for seq, token in zip(
+                plan.decode, sample(logits, [s.sampling for s in plan.decode]), strict=True
+            ):
+                self._append(seq, token)
+            for request in self.scheduler.running:
+                touched[request.request_id] = request
+        for chunk in plan.prefill:
+            request = chunk.request
+            first = request.sequences[0]
+            assert first.slot is not None
+            logits = self.runner.prefill(first.slot, request.prompt_ids[chunk.start : chunk.end], chunk.start)
+            request.prefilled = chunk.end
+            if request.prefill_done:
+                self._start_decoding(request, logits)
+                touched[request.request_id] = request
+        now = self._clock()
+        outputs = []
+        for request in touched.values():
+            outputs.append(self._output(request, now))
+            if request.finished:
+                self.scheduler.finished(request)
+                self._release(request)
+                del self._requests[request.request_id]
+        return outputs
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            running_requests=len(self.scheduler.running) + len(self.scheduler.prefilling),
+            waiting_requests=self.scheduler.num_waiting,
+            kv_slots_used=self.cache.used_slots,
+            kv_slots_total=self.cache.num_slots,
+        )
+
+    def _start_decoding(self, request: Request, logits: torch.Tensor) -> None:
+        first = request.sequences[0]
+        assert first.slot is not None
+        for seq in request.sequences[1:]:
+            assert seq.slot is not None
+            self.cache.copy_prefix(first.slot, seq.slot, len(request.prompt_ids))
+        rows = logits.unsqueeze(0).repeat(len(request.sequences), 1)
+        for seq, token in zip(
+            request.sequences, sample(rows, [s.sampling for s in request.sequences]), strict=True
+        ):
+            self._append(seq, token)
+        self.scheduler.prefill_finished(request)
+
+    def _append(self, seq: Sequence, token: int) -> None:
+        state = seq.sampling
+        state.token_ids.append(token)
+        state.generated += 1
+        seq.new_tokens += 1
+        seq.new_text += seq.text.push(token)
+        params = state.params
+        if seq.text.stopped or (token == EOS_TOKEN_ID and not params.ignore_eos):
+            seq.finish_reason = FinishReason.STOP
+        elif state.generated >= params.max_tokens:
+            seq.finish_reason = FinishReason.LENGTH
+        if seq.finish_reason is not None:
+            seq.new_text += seq.text.finish()
+            if seq.slot is not None:
+                self.cache.release(seq.slot)
+                seq.slot = None
+
+    def _release(self, request: Request) -> None:
+        for seq in request.sequences:
+            if seq.slot is not None:
+                self.cache.release(seq.slot)
+                seq.slot = None
+
+    def _output(self, request: Request, now: float) -> RequestOutput:
+        output = RequestOutput(
+            request_id=request.request_id,
+            time=now,
+            texts=tuple(seq.new_text for seq in request.sequences),
+            new_tokens=tuple(seq.new_tokens for seq in request.sequences),
+            total_tokens=tuple(seq.generated for seq in request.sequences),
+            finish_reasons=tuple(seq.finish_reason for seq in request.sequences),
+            num_input_tokens=len(request.prompt_ids),
+            finished=request.finished,
+            arrival=request.arrival,
+        )
+        for seq in request.sequences:
+            seq.new_text, seq.new_tokens = "", 0
+        return output

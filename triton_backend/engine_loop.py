@@ -1,0 +1,129 @@
+"""Runs the engine on its own thread, so Triton's execute() only hands work over and returns.
+
+Commands come in through a queue; every output goes to `sink` on the engine thread, in order. The
+sink must not block (the Triton model's sink puts into the response sender's queue).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from triton_backend.engine import Engine, EngineStats
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.sequence import FinishReason, RequestOutput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Add:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival: float
+
+
+@dataclass(frozen=True)
+class _Abort:
+    request_id: str
+
+
+_STOP = object()
+
+
+class EngineLoop:
+    def __init__(self, engine: Engine, sink: Callable[[RequestOutput], None]) -> None:
+        self._engine = engine
+        self._sink = sink
+        self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._stats = engine.stats()
+        self._thread = threading.Thread(target=self._run, name="nlg-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> None:
+        self._inbox.put(_Add(request_id, prompt_ids, params, arrival))
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(_Abort(request_id))
+
+    def stats(self) -> EngineStats:
+        return self._stats
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Cancel whatever is in flight (each gets its final output) and end the thread."""
+        self._inbox.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        running = True
+        while running:
+            block = not self._engine.has_work
+            while True:
+                try:
+                    command = self._inbox.get(block=block)
+                except queue.Empty:
+                    break
+                block = False
+                if command is _STOP:
+                    running = False
+                    break
+                self._apply(command)
+            if running and self._engine.has_work:
+                self._step()
+            self._stats = self._engine.stats()
+        for request_id in self._engine.in_flight():
+            self._abort(request_id)
+
+    def _apply(self, command: object) -> None:
+        if isinstance(command, _Add):
+            try:
+                self._engine.add(command.request_id, command.prompt_ids, command.params, command.arrival)
+            except ValueError as err:
+                self._sink(_error_output(command, str(err)))
+        elif isinstance(command, _Abort):
+            self._abort(command.request_id)
+
+    def _abort(self, request_id: str) -> None:
+        output = self._engine.abort(request_id)
+        if output is not None:
+            self._sink(output)
+
+    def _step(self) -> None:
+        try:
+            outputs = self._engine.step()
+        except Exception:
+            # A failed step must not strand its requests: each ends with an error, the loop goes on.
+            log.exception("engine step failed; ending the requests in flight with an error")
+            for request_id in self._engine.in_flight():
+                output = self._engine.abort(request_id)
+                if output is not None:
+                    self._sink(_as_error(output, "internal error in the generation engine"))
+            return
+        for output in outputs:
+            self._sink(output)
+
+
+def _error_output(command: _Add, message: str) -> RequestOutput:
+    return RequestOutput(
+        request_id=command.request_id,
+        time=command.arrival,
+        texts=("",),
+        new_tokens=(0,),
+        total_tokens=(0,),
+        finish_reasons=(FinishReason.ERROR,),
+        num_input_tokens=len(command.prompt_ids),
+        finished=True,
+        arrival=command.arrival,
+        error=message,
+    )
+
+
+def _as_error(output: RequestOutput, message: str) -> RequestOutput:
+    reasons = tuple(FinishReason.ERROR for _ in output.finish_reasons)
+    return replace(output, finish_reasons=reasons, finished=True, error=message)

@@ -1,0 +1,195 @@
+"""Start the tritonserver that the PyPI wheel nvidia-pytriton ships, with this project's model.
+
+The wheel carries the server binary, its libraries (nvidia_pytriton.libs), the Python backend and
+one backend stub per Python version. The server wants a backend directory holding `python/` with the
+backend and the stub that matches the interpreter; the stub loads libpython dynamically, so this
+interpreter's LIBDIR goes first on the library path (an older system libpython breaks extension
+modules such as _ssl). The model runs in the stub's interpreter, which finds this environment's
+packages through PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import site
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import pytriton
+
+_TRITON = Path(pytriton.__file__).parent / "tritonserver"
+_LIBS = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
+
+
+def backend_directory() -> Path:
+    """A backend directory with the Python backend and the stub for this interpreter (made once)."""
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    stub = _TRITON / "python_backend_stubs" / version / "triton_python_backend_stub"
+    if not stub.is_file():
+        raise FileNotFoundError(f"nvidia-pytriton ships no Python backend stub for Python {version} ({stub})")
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    target = cache / "nlg-serving" / f"backends-py{version}-{_fingerprint(stub)}"
+    python_dir = target / "python"
+    if not (python_dir / "triton_python_backend_stub").is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="backends-", dir=target.parent))
+        (staging / "python").mkdir()
+        for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
+            shutil.copy2(_TRITON / "backends" / "python" / name, staging / "python" / name)
+        shutil.copy2(stub, staging / "python" / stub.name)
+        (staging / "python" / stub.name).chmod(0o755)
+        try:
+            staging.rename(target)
+        except OSError:
+            shutil.rmtree(staging)  # another process made it first
+    return target
+
+
+def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (libdir, str(_LIBS), env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    paths = [str(PROJECT_ROOT), *site.getsitepackages(), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    return env
+
+
+def server_command(model_repository: Path, args: Sequence[str] = ()) -> list[str]:
+    return [
+        str(_TRITON / "bin" / "tritonserver"),
+        f"--model-repository={model_repository}",
+        f"--backend-directory={backend_directory()}",
+        *args,
+    ]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class TritonServer:
+    """A tritonserver on free loopback ports, ready on enter and always stopped on exit.
+
+    `env` adds variables for the server (and the model), e.g. {"NLG_PRESET": "tiny"}.
+    """
+
+    def __init__(
+        self,
+        model_repository: Path = DEFAULT_MODEL_REPOSITORY,
+        env: Mapping[str, str] | None = None,
+        extra_args: Sequence[str] = (),
+        ready_timeout: float = 180.0,
+        log_path: Path | None = None,
+    ) -> None:
+        self.model_repository = model_repository
+        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self._env = server_environment()
+        self._env.update(env or {})
+        self._extra_args = list(extra_args)
+        self._ready_timeout = ready_timeout
+        self._log_path = log_path
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def start(self) -> TritonServer:
+        args = [
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            "--metrics-address=127.0.0.1",
+            f"--http-port={self.http_port}",
+            f"--grpc-port={self.grpc_port}",
+            f"--metrics-port={self.metrics_port}",
+            "--allow-metrics=true",
+            "--exit-timeout-secs=20",
+            *self._extra_args,
+        ]
+        log: IO[bytes]
+        if self._log_path is not None:
+            log = open(self._log_path, "wb")  # noqa: SIM115 - closed in stop()
+        else:
+            log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log")  # noqa: SIM115
+        self._log = log
+        self.process = subprocess.Popen(
+            server_command(self.model_repository, args), env=self._env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return Path(self._log.name).read_text(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+
+    def __enter__(self) -> TritonServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + self._ready_timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"tritonserver exited with {self.process.returncode}:\n{self.log_text()[-4000:]}"
+                )
+            try:
+                with urllib.request.urlopen(url, timeout=1) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(
+            f"tritonserver not ready in {self._ready_timeout:.0f}s:\n{self.log_text()[-4000:]}"
+        )
+
+
+def _fingerprint(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size:x}{int(stat.st_mtime):x}"

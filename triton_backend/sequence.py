@@ -1,0 +1,82 @@
+"""The engine's units of work: a request, and the choices (sequences) it asks for."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from triton_backend.detokenizer import TextStream
+from triton_backend.sampler import SamplingState
+from triton_backend.sampling_params import SamplingParams
+
+
+class FinishReason(str, Enum):
+    STOP = "stop"
+    LENGTH = "length"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass
+class Sequence:
+    """One choice: its own KV slot, sampler state and text stream."""
+
+    index: int
+    sampling: SamplingState
+    text: TextStream
+    slot: int | None = None
+    finish_reason: FinishReason | None = None
+    # Tokens produced since the last output, and the text they released.
+    new_tokens: int = 0
+    new_text: str = ""
+
+    @property
+    def generated(self) -> int:
+        return self.sampling.generated
+
+    @property
+    def last_token(self) -> int:
+        return self.sampling.token_ids[-1]
+
+    @property
+    def position(self) -> int:
+        """Where the last token goes in the cache when it is decoded."""
+        return len(self.sampling.token_ids) - 1
+
+
+@dataclass
+class Request:
+    request_id: str
+    prompt_ids: list[int]
+    params: SamplingParams
+    arrival: float
+    sequences: list[Sequence] = field(default_factory=list)
+    prefilled: int = 0  # prompt tokens already in the first choice's slot
+
+    @property
+    def deadline(self) -> float | None:
+        return None if self.params.deadline is None else self.arrival + self.params.deadline
+
+    @property
+    def prefill_done(self) -> bool:
+        return self.prefilled >= len(self.prompt_ids)
+
+    @property
+    def finished(self) -> bool:
+        return all(seq.finish_reason is not None for seq in self.sequences)
+
+
+@dataclass(frozen=True)
+class RequestOutput:
+    """What one engine step produced for one request: plain data for the sender and the metrics."""
+
+    request_id: str
+    time: float
+    texts: tuple[str, ...]  # new text of each choice
+    new_tokens: tuple[int, ...]  # tokens each choice produced in this step
+    total_tokens: tuple[int, ...]
+    finish_reasons: tuple[FinishReason | None, ...]
+    num_input_tokens: int
+    finished: bool
+    arrival: float
+    error: str | None = None

@@ -1,0 +1,98 @@
+"""Prometheus adapter: `Observations` and `EngineStats` onto Triton's metrics endpoint.
+
+Uses `pb_utils.MetricFamily`, so the series appear on Triton's own metrics port next to its `nv_*`
+metrics; names and buckets are documented in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from triton_backend.engine import EngineStats
+from triton_backend.metrics import LATENCY_BUCKETS, TOKEN_BUCKETS, Observations
+from triton_backend.presets import ModelInfo
+from triton_backend.sequence import FinishReason
+
+
+class TritonMetrics:
+    def __init__(self, pb_utils: Any, model: str, version: str, info: ModelInfo) -> None:
+        family = pb_utils.MetricFamily
+        labels = {"model": model, "version": version}
+        # A family must outlive its metrics, so every family is kept on the object.
+        self._families: list[Any] = []
+
+        def new_family(name: str, doc: str, kind: Any) -> Any:
+            self._families.append(family(name=name, description=doc, kind=kind))
+            return self._families[-1]
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]) -> Any:
+            return new_family(name, doc, family.HISTOGRAM).Metric(labels=labels, buckets=list(buckets))
+
+        def single(name: str, doc: str, kind: Any) -> Any:
+            return new_family(name, doc, kind).Metric(labels=labels)
+
+        self.request_latency = histogram(
+            "nlg_request_latency_seconds", "Arrival to final response of finished requests", LATENCY_BUCKETS
+        )
+        self.ttft = histogram(
+            "nlg_time_to_first_token_seconds", "Arrival to first token, per choice", LATENCY_BUCKETS
+        )
+        self.tpot = histogram(
+            "nlg_time_per_output_token_seconds",
+            "Per-token latency: a choice's latency over its generated tokens",
+            TOKEN_BUCKETS,
+        )
+        self.itl = histogram(
+            "nlg_inter_token_latency_seconds", "Time between consecutive tokens", TOKEN_BUCKETS
+        )
+        self.prompt_tokens = single(
+            "nlg_prompt_tokens_total", "Prompt tokens of admitted requests", family.COUNTER
+        )
+        self.generation_tokens = single("nlg_generation_tokens_total", "Generated tokens", family.COUNTER)
+        finished_family = new_family(
+            "nlg_requests_finished_total", "Finished requests by finish reason", family.COUNTER
+        )
+        self.finished = {
+            reason.value: finished_family.Metric(labels={**labels, "finish_reason": reason.value})
+            for reason in FinishReason
+        }
+        self.rejected = single(
+            "nlg_requests_rejected_total", "Requests refused for bad input", family.COUNTER
+        )
+        self.running = single("nlg_requests_running", "Requests in the running batch", family.GAUGE)
+        self.waiting = single("nlg_requests_waiting", "Requests waiting for KV cache room", family.GAUGE)
+        # An info metric (value 1): what this instance serves, random weights included, in plain sight.
+        new_family("nlg_model_info", "What the instance serves", family.GAUGE).Metric(
+            labels={
+                **labels,
+                "preset": info.preset,
+                "weights": "random" if info.random_weights else info.source,
+                "dtype": info.dtype,
+                "device": info.device,
+            }
+        ).set(1)
+        self.kv_usage = single("nlg_kv_cache_usage_ratio", "Used over total KV cache slots", family.GAUGE)
+
+    def record(self, observations: Observations) -> None:
+        for metric, values in (
+            (self.request_latency, observations.request_latency),
+            (self.ttft, observations.time_to_first_token),
+            (self.tpot, observations.time_per_output_token),
+            (self.itl, observations.inter_token_latency),
+        ):
+            for value in values:
+                metric.observe(value)
+        if observations.prompt_tokens:
+            self.prompt_tokens.increment(observations.prompt_tokens)
+        if observations.generation_tokens:
+            self.generation_tokens.increment(observations.generation_tokens)
+        for reason, count in observations.finished.items():
+            self.finished[reason].increment(count)
+
+    def record_rejected(self) -> None:
+        self.rejected.increment(1)
+
+    def record_engine(self, stats: EngineStats) -> None:
+        self.running.set(stats.running_requests)
+        self.waiting.set(stats.waiting_requests)
+        self.kv_usage.set(stats.kv_usage)

@@ -1,0 +1,107 @@
+"""The Triton Python-backend model behind model_repository/gpt2/1/model.py.
+
+initialize() builds the engine for this instance's device; execute() validates each request, hands
+it to the engine thread and returns at once; the response thread sends everything back. finalize()
+stops the engine (each request in flight gets its final response) and then the response thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import time
+from typing import Any
+
+import torch
+import triton_python_backend_utils as pb_utils
+
+from triton_backend.engine import Engine
+from triton_backend.engine_loop import EngineLoop
+from triton_backend.kv_cache import SlotKVCache, slots_for_budget
+from triton_backend.presets import build_model, parse_dtype
+from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.sampling_params import InvalidRequest, Limits
+from triton_backend.scheduler import SchedulerConfig
+from triton_backend.settings import ModelSettings, load_settings
+from triton_backend.tokenizer import load_tokenizer, token_bytes
+from triton_backend.triton_metrics import TritonMetrics
+from triton_backend.triton_requests import parse_request
+from triton_backend.triton_responses import Open, Reject, ResponseThread
+
+log = logging.getLogger("nlg.gpt2")
+
+
+def model_settings(model_config: dict[str, Any]) -> ModelSettings:
+    parameters = {k: v.get("string_value", "") for k, v in model_config.get("parameters", {}).items()}
+    return load_settings(parameters, os.environ)
+
+
+class GPT2Model:
+    def __init__(self, args: dict[str, str]) -> None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        config = json.loads(args["model_config"])
+        settings = model_settings(config)
+        if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
+            device = torch.device("cuda", int(args.get("model_instance_device_id", "0")))
+        else:
+            device = torch.device("cpu")
+        dtype = parse_dtype(settings.dtype, device)
+        model, info = build_model(
+            settings.preset, settings.weights_path or None, device, dtype, settings.seed
+        )
+        shape = cache_shape(model)
+        budget = settings.kv_cache_bytes or shape.bytes_per_slot * settings.max_num_seqs
+        cache = SlotKVCache(shape, slots_for_budget(shape, budget, settings.max_num_seqs), device)
+        self._limits = Limits(max_n=min(settings.max_n, cache.num_slots))
+        self._tokenizer = load_tokenizer()
+        engine = Engine(
+            GPT2Runner(model, cache),
+            token_bytes(),
+            SchedulerConfig(prefill_chunk_tokens=settings.prefill_chunk_tokens),
+            clock=time.monotonic,
+            seed=settings.seed,
+        )
+        metrics = TritonMetrics(pb_utils, args["model_name"], args["model_version"], info)
+        self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
+        self._engine = EngineLoop(engine, self._responses.put)
+        self._ids = itertools.count()
+        self._responses.start()
+        self._engine.start()
+        log.info(
+            "%s instance %s: %s; %d KV slots (%.1f MiB each)",
+            args["model_name"],
+            args.get("model_instance_name", ""),
+            info.describe(),
+            cache.num_slots,
+            shape.bytes_per_slot / 2**20,
+        )
+        if info.random_weights:
+            log.warning(
+                "no weights_path: serving RANDOMLY INITIALISED %s; set weights_path for real text",
+                info.preset,
+            )
+
+    def execute(self, requests: list[Any]) -> None:
+        for request in requests:
+            arrival = time.monotonic()
+            sender = request.get_response_sender()
+            try:
+                parsed = parse_request(pb_utils, request, self._tokenizer, self._limits)
+            except InvalidRequest as err:
+                self._responses.put(Reject(sender, str(err)))
+                continue
+            request_id = f"r{next(self._ids)}"
+            self._responses.put(Open(request_id, sender, parsed.options, parsed.params.n))
+            self._engine.add(request_id, parsed.prompt_ids, parsed.params, arrival)
+
+    def finalize(self) -> None:
+        self._engine.stop()
+        self._responses.stop()
+
+    def _engine_stats(self) -> Any:
+        return self._engine.stats()
+
+    def _abort(self, request_id: str) -> None:
+        self._engine.abort(request_id)

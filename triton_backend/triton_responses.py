@@ -1,0 +1,176 @@
+"""The one thread that talks to Triton's response senders.
+
+Triton 2.51's Python backend aborts the server when response senders are used from several threads
+at once, so execute() and the engine only put work in this thread's queue. It sends every response,
+the errors of refused requests too, checks for cancelled requests, and feeds the metrics, so none of
+that runs on the engine's token path. Every request gets exactly one final response.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from triton_backend.engine import EngineStats
+from triton_backend.metrics import Observations, RequestTracker
+from triton_backend.sequence import FinishReason, RequestOutput
+from triton_backend.triton_metrics import TritonMetrics
+from triton_backend.triton_requests import ResponseOptions
+
+log = logging.getLogger(__name__)
+
+CANCEL_CHECK_INTERVAL = 0.1
+
+
+@dataclass(frozen=True)
+class Open:
+    request_id: str
+    sender: Any
+    options: ResponseOptions
+    n: int
+
+
+@dataclass(frozen=True)
+class Reject:
+    sender: Any
+    message: str
+
+
+@dataclass
+class _Stream:
+    sender: Any
+    options: ResponseOptions
+    texts: list[str] = field(default_factory=list)
+
+
+_STOP = object()
+
+
+class ResponseThread:
+    def __init__(
+        self,
+        pb_utils: Any,
+        metrics: TritonMetrics,
+        engine_stats: Callable[[], EngineStats],
+        abort: Callable[[str], None],
+    ) -> None:
+        self._pb = pb_utils
+        self._metrics = metrics
+        self._engine_stats = engine_stats
+        self._abort = abort
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._streams: dict[str, _Stream] = {}
+        self._tracker = RequestTracker()
+        self._cancel_requested: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="nlg-responses", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, item: Open | Reject | RequestOutput) -> None:
+        self._queue.put(item)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
+        while True:
+            try:
+                item = self._queue.get(timeout=CANCEL_CHECK_INTERVAL)
+            except queue.Empty:
+                item = None
+            if item is _STOP:
+                return
+            observations = Observations()
+            while item is not None:
+                try:
+                    self._handle(item, observations)
+                except Exception:
+                    log.exception("sending a response failed")
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    item = None
+                if item is _STOP:
+                    self._queue.put(_STOP)
+                    item = None
+            self._metrics.record(observations)
+            if time.monotonic() >= next_check:
+                self._check_cancelled()
+                self._metrics.record_engine(self._engine_stats())
+                next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
+
+    def _handle(self, item: object, observations: Observations) -> None:
+        if isinstance(item, Open):
+            self._streams[item.request_id] = _Stream(item.sender, item.options, [""] * item.n)
+        elif isinstance(item, Reject):
+            self._metrics.record_rejected()
+            self._send_error(item.sender, item.message)
+        elif isinstance(item, RequestOutput):
+            self._tracker.observe(item, observations)
+            self._send_output(item)
+
+    def _send_output(self, output: RequestOutput) -> None:
+        stream = self._streams.get(output.request_id)
+        if stream is None:
+            return
+        final = self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if output.finished:
+            del self._streams[output.request_id]
+            self._cancel_requested.discard(output.request_id)
+            if output.error is not None:
+                self._send_error(stream.sender, output.error, self._pb.TritonError.INTERNAL)
+                return
+            if FinishReason.CANCELLED in output.finish_reasons:
+                error = self._pb.TritonError("request cancelled", self._pb.TritonError.CANCELLED)
+                stream.sender.send(self._pb.InferenceResponse(error=error), flags=final)
+                return
+        options = stream.options
+        if options.stream:
+            if not output.finished and not any(output.texts):
+                return
+            response = self._response(output, list(output.texts), list(output.new_tokens), options)
+        else:
+            stream.texts = [old + new for old, new in zip(stream.texts, output.texts, strict=True)]
+            if not output.finished:
+                return
+            prefix = "" if options.exclude_input_in_output else options.prompt
+            response = self._response(
+                output, [prefix + t for t in stream.texts], list(output.total_tokens), options
+            )
+        stream.sender.send(response, flags=final if output.finished else 0)
+
+    def _response(
+        self, output: RequestOutput, texts: list[str], counts: list[int], options: ResponseOptions
+    ) -> Any:
+        tensor = self._pb.Tensor
+        tensors = [tensor("text_output", np.array([t.encode() for t in texts], dtype=np.object_))]
+        if options.return_finish_reason:
+            reasons = [r.value.encode() if r is not None else b"" for r in output.finish_reasons]
+            tensors.append(tensor("finish_reason", np.array(reasons, dtype=np.object_)))
+        if options.return_num_input_tokens:
+            tensors.append(tensor("num_input_tokens", np.array([output.num_input_tokens], dtype=np.int32)))
+        if options.return_num_output_tokens:
+            tensors.append(tensor("num_output_tokens", np.array(counts, dtype=np.int32)))
+        return self._pb.InferenceResponse(output_tensors=tensors)
+
+    def _send_error(self, sender: Any, message: str, code: Any = None) -> None:
+        error = self._pb.TritonError(message, self._pb.TritonError.INVALID_ARG if code is None else code)
+        sender.send(
+            self._pb.InferenceResponse(error=error), flags=self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        )
+
+    def _check_cancelled(self) -> None:
+        for request_id, stream in self._streams.items():
+            if request_id not in self._cancel_requested and stream.sender.is_cancelled():
+                self._cancel_requested.add(request_id)
+                self._abort(request_id)

@@ -88,6 +88,7 @@ class Engine:
         self._release(request)
         return self._output(request, self._clock())
 
+    @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         plan = self.scheduler.schedule(self.cache.free_slots)
         for request in plan.admitted:
@@ -150,7 +151,7 @@ class Engine:
         state = seq.sampling
         state.token_ids.append(token)
         state.generated += 1
-        seq.new_tokens += 1
+        seq.new_token_ids.append(token)
         seq.new_text += seq.text.push(token)
         params = state.params
         if seq.text.stopped or (token == EOS_TOKEN_ID and not params.ignore_eos):
@@ -174,7 +175,7 @@ class Engine:
             request_id=request.request_id,
             time=now,
             texts=tuple(seq.new_text for seq in request.sequences),
-            new_tokens=tuple(seq.new_tokens for seq in request.sequences),
+            token_ids=tuple(tuple(seq.new_token_ids) for seq in request.sequences),
             total_tokens=tuple(seq.generated for seq in request.sequences),
             finish_reasons=tuple(seq.finish_reason for seq in request.sequences),
             num_input_tokens=len(request.prompt_ids),
@@ -182,5 +183,5 @@ class Engine:
             arrival=request.arrival,
         )
         for seq in request.sequences:
-            seq.new_text, seq.new_tokens = "", 0
+            seq.new_text, seq.new_token_ids = "", []
         return output

@@ -114,7 +114,7 @@ def _error_output(command: _Add, message: str) -> RequestOutput:
         request_id=command.request_id,
         time=command.arrival,
         texts=("",),
-        new_tokens=(0,),
+        token_ids=((),),
         total_tokens=(0,),
         finish_reasons=(FinishReason.ERROR,),
         num_input_tokens=len(command.prompt_ids),

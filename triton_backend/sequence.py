@@ -27,7 +27,7 @@ class Sequence:
     slot: int | None = None
     finish_reason: FinishReason | None = None
     # Tokens produced since the last output, and the text they released.
-    new_tokens: int = 0
+    new_token_ids: list[int] = field(default_factory=list)
     new_text: str = ""
 
     @property
@@ -73,10 +73,14 @@ class RequestOutput:
     request_id: str
     time: float
     texts: tuple[str, ...]  # new text of each choice
-    new_tokens: tuple[int, ...]  # tokens each choice produced in this step
+    token_ids: tuple[tuple[int, ...], ...]  # the ids each choice produced in this step
     total_tokens: tuple[int, ...]
     finish_reasons: tuple[FinishReason | None, ...]
     num_input_tokens: int
     finished: bool
     arrival: float
     error: str | None = None
+
+    @property
+    def new_tokens(self) -> tuple[int, ...]:
+        return tuple(len(ids) for ids in self.token_ids)

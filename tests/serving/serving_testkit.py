@@ -1,0 +1,133 @@
+"""Talking to a real tritonserver the way users do: tritonclient gRPC streaming and HTTP generate."""
+
+from __future__ import annotations
+
+import json
+import queue
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from prometheus_client.parser import text_string_to_metric_families
+
+
+@dataclass
+class Stream:
+    texts: list[list[str]] = field(default_factory=list)  # per response, the delta of each choice
+    finish_reasons: list[str] = field(default_factory=list)
+    num_output_tokens: list[int] = field(default_factory=list)
+    error: str | None = None
+    finals: int = 0
+
+    def text(self, choice: int = 0) -> str:
+        return "".join(r[choice] for r in self.texts)
+
+
+def grpc_inputs(
+    prompt: str | bytes | None, sampling: dict[str, Any] | str | None, stream: bool = True, **flags: bool
+) -> list[grpcclient.InferInput]:
+    values: dict[str, tuple[np.ndarray, str]] = {}
+    if prompt is not None:
+        raw = prompt.encode() if isinstance(prompt, str) else prompt
+        values["text_input"] = (np.array([raw], dtype=np.object_), "BYTES")
+    if sampling is not None:
+        text = sampling if isinstance(sampling, str) else json.dumps(sampling)
+        values["sampling_parameters"] = (np.array([text.encode()], dtype=np.object_), "BYTES")
+    values["stream"] = (np.array([stream]), "BOOL")
+    for name, flag in flags.items():
+        values[name] = (np.array([flag]), "BOOL")
+    inputs = []
+    for name, (value, dtype) in values.items():
+        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
+        tensor.set_data_from_numpy(value)
+        inputs.append(tensor)
+    return inputs
+
+
+def grpc_generate(
+    url: str, prompt: str | bytes | None, sampling: dict[str, Any] | str | None, **kw: Any
+) -> Stream:
+    """One streamed request to the end: every response, and the error if one came."""
+    results: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    out = Stream()
+    stream = kw.pop("stream", True)
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.async_stream_infer(
+            "gpt2",
+            grpc_inputs(
+                prompt,
+                sampling,
+                stream=stream,
+                return_finish_reason=True,
+                return_num_output_tokens=True,
+                **kw,
+            ),
+            request_id=uuid.uuid4().hex,
+            enable_empty_final_response=True,
+        )
+        while True:
+            result, error = results.get(timeout=120)
+            if error is not None:
+                out.error = str(error)
+                out.finals += 1
+                break
+            texts = result.as_numpy("text_output")
+            if texts is not None:
+                out.texts.append([t.decode() for t in texts.reshape(-1)])
+                out.finish_reasons = [r.decode() for r in result.as_numpy("finish_reason").reshape(-1)]
+                out.num_output_tokens.append(int(result.as_numpy("num_output_tokens").sum()))
+            if result.get_response().parameters["triton_final_response"].bool_param:
+                out.finals += 1
+                break
+        client.stop_stream()
+    return out
+
+
+def http_generate_stream(http_url: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    """POST to Triton's generate_stream extension; the server-sent events as JSON objects."""
+    request = urllib.request.Request(
+        f"http://{http_url}/v2/models/gpt2/generate_stream",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            raw = response.read().decode()
+    except urllib.error.HTTPError as err:
+        return [json.loads(err.read().decode())]
+    return [json.loads(line[len("data: ") :]) for line in raw.splitlines() if line.startswith("data: ")]
+
+
+def scrape(metrics_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample on the metrics endpoint, keyed by name and sorted labels."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    """Sum of the samples of `name` whose labels include `labels`."""
+    return sum(
+        value
+        for (sample_name, sample_labels), value in samples.items()
+        if sample_name == name and set(labels.items()) <= set(sample_labels)
+    )
+
+
+def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())

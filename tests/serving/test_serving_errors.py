@@ -1,0 +1,39 @@
+"""Bad input: each request gets an error naming the field; the server keeps serving; it is counted."""
+
+from __future__ import annotations
+
+import pytest
+from serving_testkit import grpc_generate, metric, scrape, wait_for
+
+pytestmark = pytest.mark.integration
+
+BAD = [
+    (None, {"max_tokens": 4}, "text_input: is required"),
+    ("", {"max_tokens": 4}, "text_input: must be a non-empty string"),
+    (b"\xff\xfe bad bytes", {"max_tokens": 4}, "text_input: must be valid UTF-8"),
+    ("hi", "{max_tokens: 4", "sampling_parameters: must be a JSON object"),
+    ("hi", {"max_tokens": 4, "beams": 2}, "unknown keys ['beams']"),
+    ("hi", {"max_tokens": "many"}, "max_tokens: must be an integer"),
+    ("hi", {"temperature": -1}, "temperature: must be >= 0"),
+    ("hi", {"top_p": 0}, "top_p: must be in (0, 1]"),
+    ("hi", {"top_p": 1.01}, "top_p: must be in (0, 1]"),
+    ("hi", {"top_k": -2}, "top_k: must be an integer >= 0"),
+    ("hi", {"max_tokens": 0}, "max_tokens: must be an integer >= 1"),
+    ("hi", {"max_tokens": 3, "min_tokens": 4}, "min_tokens: must be <= max_tokens"),
+    ("hi", {"n": 0}, "n: must be an integer in [1, 8]"),
+    ("hi", {"n": 9}, "n: must be an integer in [1, 8]"),
+    ("hi " * 600, {"max_tokens": 500}, "the 1024-token context"),
+]
+
+
+@pytest.mark.parametrize(("prompt", "sampling", "message"), BAD, ids=[m for _, _, m in BAD])
+def test_bad_input_is_refused_by_name_and_the_server_keeps_serving(triton_tiny, prompt, sampling, message):
+    before = metric(scrape(triton_tiny.metrics_url), "nlg_requests_rejected_total")
+    refused = grpc_generate(triton_tiny.grpc_url, prompt, sampling)
+    assert refused.error is not None and message in refused.error, refused.error
+    assert refused.finals == 1 and not refused.texts
+    served = grpc_generate(triton_tiny.grpc_url, "still here?", {"max_tokens": 3})
+    assert served.error is None and sum(served.num_output_tokens) == 3
+    assert wait_for(
+        lambda: metric(scrape(triton_tiny.metrics_url), "nlg_requests_rejected_total") == before + 1
+    )

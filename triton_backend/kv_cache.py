@@ -1,9 +1,8 @@
-"""The KV cache: fixed slots of a whole context each, with an explicit memory budget.
+"""The paged KV cache: a pool of fixed-size pages under an explicit byte budget.
 
-A slot holds every layer's keys and values for one sequence up to the model's context, so a running
-sequence can never run out of room mid-stream. The number of slots follows from a byte budget, and
-the scheduler admits work only while slots are free. Slots are handed out lowest-first, so the running
-batch usually occupies slots 0..B-1 and the runner can read the cache as a view without copying.
+Each sequence holds a list of pages (its page table); position p lives in page table[p // page_size]
+at offset p % page_size. Pages are taken as a sequence grows, so memory follows actual lengths, and
+the scheduler admits work against predicted lengths (S3) rather than the whole context.
 """
 
 from __future__ import annotations
@@ -13,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+PAGE_SIZE = 16
+
 
 @dataclass(frozen=True)
 class CacheShape:
@@ -21,51 +22,65 @@ class CacheShape:
     head_dim: int
     max_len: int
     dtype: torch.dtype
+    page_size: int = PAGE_SIZE
 
     @property
-    def bytes_per_slot(self) -> int:
+    def bytes_per_page(self) -> int:
         element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.n_layer * self.n_head * self.max_len * self.head_dim * element
+        return 2 * self.n_layer * self.n_head * self.page_size * self.head_dim * element
+
+    @property
+    def pages_per_sequence(self) -> int:
+        """Pages of one full-context sequence."""
+        return -(-self.max_len // self.page_size)
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
 
 
-def slots_for_budget(shape: CacheShape, budget_bytes: int, max_slots: int) -> int:
-    """How many slots fit the budget, at most `max_slots`; at least one or the budget is an error."""
-    slots = min(max_slots, budget_bytes // shape.bytes_per_slot)
-    if slots < 1:
+def pages_for_budget(shape: CacheShape, budget_bytes: int, min_sequences: int) -> int:
+    """Pages that fit the budget; it must hold `min_sequences` full-context sequences, or it is an error."""
+    pages = budget_bytes // shape.bytes_per_page
+    need = shape.pages_per_sequence * min_sequences
+    if pages < need:
         raise ValueError(
-            f"kv_cache_bytes: {budget_bytes} is below one sequence's KV cache "
-            f"({shape.bytes_per_slot} bytes); raise it or use a smaller preset"
+            f"kv_cache_bytes: {budget_bytes} holds {pages} pages of {shape.page_size} tokens, below the "
+            f"{need} that {min_sequences} full-context sequence(s) need ({need * shape.bytes_per_page} bytes)"
         )
-    return int(slots)
+    return int(pages)
 
 
-class SlotKVCache:
-    def __init__(self, shape: CacheShape, num_slots: int, device: torch.device) -> None:
+class PagedKVCache:
+    def __init__(self, shape: CacheShape, num_pages: int, device: torch.device) -> None:
         self.shape = shape
-        self.num_slots = num_slots
-        dims = (shape.n_layer, num_slots, shape.n_head, shape.max_len, shape.head_dim)
+        self.num_pages = num_pages
+        dims = (shape.n_layer, num_pages, shape.page_size, shape.n_head, shape.head_dim)
         self.k = torch.zeros(dims, dtype=shape.dtype, device=device)
         self.v = torch.zeros(dims, dtype=shape.dtype, device=device)
-        self._free = list(range(num_slots))
+        self._free = list(range(num_pages))
         heapq.heapify(self._free)
 
     @property
-    def free_slots(self) -> int:
+    def free_pages(self) -> int:
         return len(self._free)
 
     @property
-    def used_slots(self) -> int:
-        return self.num_slots - len(self._free)
+    def used_pages(self) -> int:
+        return self.num_pages - len(self._free)
 
     def allocate(self) -> int:
         if not self._free:
-            raise RuntimeError("KV cache has no free slot; the scheduler admitted too much")
+            raise RuntimeError("KV cache has no free page; the scheduler should have preempted")
         return heapq.heappop(self._free)
 
-    def release(self, slot: int) -> None:
-        heapq.heappush(self._free, slot)
+    def release(self, pages: list[int]) -> None:
+        for page in pages:
+            heapq.heappush(self._free, page)
+        pages.clear()
 
-    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+    def copy_pages(self, src: list[int], dst: list[int]) -> None:
         """Share a prefilled prompt with the other choices of the same request."""
-        self.k[:, dst, :, :length] = self.k[:, src, :, :length]
-        self.v[:, dst, :, :length] = self.v[:, src, :, :length]
+        source = torch.tensor(src[: len(dst)], device=self.k.device)
+        target = torch.tensor(dst[: len(src)], device=self.k.device)
+        self.k[:, target] = self.k[:, source]
+        self.v[:, target] = self.v[:, source]

@@ -1,8 +1,9 @@
-"""GPT-2's forward pass over the slot KV cache: chunked prefill of one sequence, batched decode.
+"""GPT-2's forward pass over the paged KV cache: chunked prefill of one sequence, batched decode.
 
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
-attention is ours, because it reads and writes the shared cache at each sequence's own position.
-That is what lets sequences of different lengths decode together in one batch.
+attention is ours, because it reads and writes each sequence's own pages at its own position. That is
+what lets sequences of different lengths decode together in one batch. The gather index of a step is
+built once and serves every layer.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
-from triton_backend.kv_cache import CacheShape, SlotKVCache
+from triton_backend.kv_cache import CacheShape, PagedKVCache
 
 
 def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
@@ -28,58 +29,68 @@ def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
 
 
 class GPT2Runner:
-    def __init__(self, model: GPT2LMHeadModel, cache: SlotKVCache) -> None:
+    def __init__(self, model: GPT2LMHeadModel, cache: PagedKVCache) -> None:
         self.model = model
         self.cache = cache
         self.device = next(model.parameters()).device
         config = model.config
         self.n_head = config.n_head
         self.head_dim = config.n_embd // config.n_head
+        self.page_size = cache.shape.page_size
         base = 1.0 / self.head_dim**0.5 if config.scale_attn_weights else 1.0
         by_layer = config.scale_attn_by_inverse_layer_idx
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
 
     @torch.inference_mode()
-    def prefill(self, slot: int, token_ids: list[int], start: int) -> torch.Tensor:
-        """Run tokens at positions start.. of `slot`; returns the last position's logits (fp32)."""
+    def prefill(self, pages: list[int], token_ids: list[int], start: int) -> torch.Tensor:
+        """Cache tokens at positions start.. of a sequence; returns the last position's logits (fp32)."""
         count = len(token_ids)
-        ids = torch.tensor([token_ids], device=self.device)
-        positions = torch.arange(start, start + count, device=self.device)
         total = start + count
+        ids = torch.tensor([token_ids], device=self.device)
+        positions = torch.arange(start, total, device=self.device)
         # Query i sits at position start + i and may see keys at positions 0..start + i.
         causal = torch.arange(total, device=self.device)[None, :] <= positions[:, None]
+        table = torch.tensor(pages, device=self.device)
+        every = torch.arange(total, device=self.device)
+        read_page, read_off = table[every // self.page_size], every % self.page_size
+        write_page, write_off = read_page[start:], read_off[start:]
         hidden = self._embed(ids, positions[None, :])
         for layer, block in enumerate(self.model.transformer.h):
             q, k, v = self._qkv(block, hidden)
-            self.cache.k[layer, slot, :, start:total] = k[0]
-            self.cache.v[layer, slot, :, start:total] = v[0]
-            keys = self.cache.k[layer, slot : slot + 1, :, :total]
-            values = self.cache.v[layer, slot : slot + 1, :, :total]
+            self.cache.k[layer, write_page, write_off] = k[0].transpose(0, 1)
+            self.cache.v[layer, write_page, write_off] = v[0].transpose(0, 1)
+            keys = self.cache.k[layer, read_page, read_off].transpose(0, 1)[None]
+            values = self.cache.v[layer, read_page, read_off].transpose(0, 1)[None]
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=causal, scale=self.scales[layer])
             hidden = self._finish_block(block, hidden, attn)
         return self._logits(hidden[:, -1])[0]
 
     @torch.inference_mode()
-    def decode(self, slots: list[int], token_ids: list[int], positions: list[int]) -> torch.Tensor:
-        """One token for each slot at its position; returns logits [len(slots), vocab] (fp32)."""
-        batch = len(slots)
+    def decode(
+        self, page_tables: list[list[int]], token_ids: list[int], positions: list[int]
+    ) -> torch.Tensor:
+        """One token for each sequence at its position; returns logits [batch, vocab] (fp32)."""
+        batch = len(page_tables)
         ids = torch.tensor(token_ids, device=self.device)[:, None]
         pos = torch.tensor(positions, device=self.device)
-        slot_idx = torch.tensor(slots, device=self.device)
         span = max(positions) + 1
-        visible = (torch.arange(span, device=self.device)[None, :] <= pos[:, None])[:, None, None, :]
-        dense = slots == list(range(batch))
+        width = -(-span // self.page_size)
+        tables = torch.tensor(
+            [t[:width] + [t[0]] * (width - len(t[:width])) for t in page_tables], device=self.device
+        )
+        every = torch.arange(span, device=self.device)
+        read_page = tables[:, every // self.page_size]  # [batch, span]; past a sequence's end: masked
+        read_off = (every % self.page_size).expand(batch, span)
+        write_page = tables[torch.arange(batch, device=self.device), pos // self.page_size]
+        write_off = pos % self.page_size
+        visible = (every[None, :] <= pos[:, None])[:, None, None, :]
         hidden = self._embed(ids, pos[:, None])
         for layer, block in enumerate(self.model.transformer.h):
             q, k, v = self._qkv(block, hidden)
-            self.cache.k[layer, slot_idx, :, pos] = k[:, :, 0]
-            self.cache.v[layer, slot_idx, :, pos] = v[:, :, 0]
-            if dense:
-                keys = self.cache.k[layer, :batch, :, :span]
-                values = self.cache.v[layer, :batch, :, :span]
-            else:
-                keys = self.cache.k[layer, slot_idx, :, :span]
-                values = self.cache.v[layer, slot_idx, :, :span]
+            self.cache.k[layer, write_page, write_off] = k[:, :, 0]
+            self.cache.v[layer, write_page, write_off] = v[:, :, 0]
+            keys = self.cache.k[layer, read_page, read_off].transpose(1, 2)
+            values = self.cache.v[layer, read_page, read_off].transpose(1, 2)
             attn = F.scaled_dot_product_attention(
                 q, keys, values, attn_mask=visible, scale=self.scales[layer]
             )
@@ -92,7 +103,7 @@ class GPT2Runner:
         return embedded
 
     def _qkv(self, block: Any, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        batch, length, width = hidden.shape
+        batch, length, _ = hidden.shape
         qkv = block.attn.c_attn(block.ln_1(hidden))
         heads = qkv.view(batch, length, 3, self.n_head, self.head_dim).permute(2, 0, 3, 1, 4)
         return heads[0], heads[1], heads[2]

@@ -19,12 +19,14 @@ class FinishReason(str, Enum):
 
 @dataclass
 class Sequence:
-    """One choice: its own KV slot, sampler state and text stream."""
+    """One choice: its own KV pages, sampler state and text stream."""
 
     index: int
     sampling: SamplingState
     text: TextStream
-    slot: int | None = None
+    pages: list[int] = field(default_factory=list)
+    cached: int = 0  # tokens whose keys and values are in the cache
+    reserved_tokens: int = 0  # what admission set aside for this choice (prompt + predicted output)
     finish_reason: FinishReason | None = None
     # Tokens produced since the last output, and the text they released.
     new_token_ids: list[int] = field(default_factory=list)
@@ -43,6 +45,10 @@ class Sequence:
         """Where the last token goes in the cache when it is decoded."""
         return len(self.sampling.token_ids) - 1
 
+    @property
+    def running(self) -> bool:
+        return self.finish_reason is None
+
 
 @dataclass
 class Request:
@@ -51,15 +57,28 @@ class Request:
     params: SamplingParams
     arrival: float
     sequences: list[Sequence] = field(default_factory=list)
-    prefilled: int = 0  # prompt tokens already in the first choice's slot
+    predicted_tokens: int = 0  # S3's predicted output length of each choice
+    preemptions: int = 0
 
     @property
     def deadline(self) -> float | None:
         return None if self.params.deadline is None else self.arrival + self.params.deadline
 
     @property
-    def prefill_done(self) -> bool:
-        return self.prefilled >= len(self.prompt_ids)
+    def fresh(self) -> bool:
+        """Nothing generated yet: one prefill of the prompt serves every choice."""
+        return all(seq.generated == 0 for seq in self.sequences)
+
+    def prefill_targets(self) -> list[tuple[Sequence, int]]:
+        """Each sequence still to prefill, with how many tokens it must have cached before decoding.
+
+        A fresh request prefills its prompt once, in its first choice. A preempted one recomputes
+        each running choice up to (not including) its last token, which the next decode step feeds.
+        """
+        if self.fresh:
+            first = self.sequences[0]
+            return [(first, len(self.prompt_ids))] if first.cached < len(self.prompt_ids) else []
+        return [(s, s.position) for s in self.sequences if s.running and s.cached < s.position]
 
     @property
     def finished(self) -> bool:

@@ -71,7 +71,11 @@ class TritonMetrics:
                 "device": info.device,
             }
         ).set(1)
-        self.kv_usage = single("nlg_kv_cache_usage_ratio", "Used over total KV cache slots", family.GAUGE)
+        self.preemptions = single(
+            "nlg_preemptions_total", "Sequences preempted for KV memory and recomputed later", family.COUNTER
+        )
+        self._preemptions_seen = 0
+        self.kv_usage = single("nlg_kv_cache_usage_ratio", "Used over total KV cache pages", family.GAUGE)
 
     def record(self, observations: Observations) -> None:
         for metric, values in (
@@ -96,3 +100,6 @@ class TritonMetrics:
         self.running.set(stats.running_requests)
         self.waiting.set(stats.waiting_requests)
         self.kv_usage.set(stats.kv_usage)
+        if stats.preemptions > self._preemptions_seen:
+            self.preemptions.increment(stats.preemptions - self._preemptions_seen)
+            self._preemptions_seen = stats.preemptions

@@ -19,7 +19,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_backend.engine import Engine
 from triton_backend.engine_loop import EngineLoop
-from triton_backend.kv_cache import SlotKVCache, slots_for_budget
+from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.presets import build_model, parse_dtype
 from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import InvalidRequest, Limits
@@ -52,14 +52,18 @@ class GPT2Model:
             settings.preset, settings.weights_path or None, device, dtype, settings.seed
         )
         shape = cache_shape(model)
-        budget = settings.kv_cache_bytes or shape.bytes_per_slot * settings.max_num_seqs
-        cache = SlotKVCache(shape, slots_for_budget(shape, budget, settings.max_num_seqs), device)
-        self._limits = Limits(max_n=min(settings.max_n, cache.num_slots))
+        max_n = min(settings.max_n, settings.max_num_seqs)
+        full_context = shape.bytes_per_page * shape.pages_per_sequence
+        budget = settings.kv_cache_bytes or full_context * settings.max_num_seqs
+        cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
+        self._limits = Limits(max_n=max_n)
         self._tokenizer = load_tokenizer()
         engine = Engine(
             GPT2Runner(model, cache),
             token_bytes(),
-            SchedulerConfig(prefill_chunk_tokens=settings.prefill_chunk_tokens),
+            SchedulerConfig(
+                prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs
+            ),
             clock=time.monotonic,
             seed=settings.seed,
         )
@@ -70,12 +74,14 @@ class GPT2Model:
         self._responses.start()
         self._engine.start()
         log.info(
-            "%s instance %s: %s; %d KV slots (%.1f MiB each)",
+            "%s instance %s: %s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
             args.get("model_instance_name", ""),
             info.describe(),
-            cache.num_slots,
-            shape.bytes_per_slot / 2**20,
+            cache.num_pages,
+            shape.page_size,
+            cache.num_pages * shape.bytes_per_page / 2**20,
+            cache.num_pages / shape.pages_per_sequence,
         )
         if info.random_weights:
             log.warning(

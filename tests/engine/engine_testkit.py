@@ -8,7 +8,7 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from triton_backend.engine import Engine
-from triton_backend.kv_cache import SlotKVCache
+from triton_backend.kv_cache import PagedKVCache
 from triton_backend.presets import build_model
 from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import SamplingParams
@@ -33,11 +33,10 @@ def tiny_model() -> GPT2LMHeadModel:
     return model
 
 
-def make_engine(model: GPT2LMHeadModel, slots: int = 8, chunk: int = 256) -> Engine:
-    cache = SlotKVCache(cache_shape(model), slots, CPU)
-    return Engine(
-        GPT2Runner(model, cache), token_bytes(), SchedulerConfig(prefill_chunk_tokens=chunk), FakeClock()
-    )
+def make_engine(model: GPT2LMHeadModel, pages: int = 512, chunk: int = 256, max_num_seqs: int = 64) -> Engine:
+    cache = PagedKVCache(cache_shape(model), pages, CPU)
+    config = SchedulerConfig(prefill_chunk_tokens=chunk, max_num_seqs=max_num_seqs)
+    return Engine(GPT2Runner(model, cache), token_bytes(), config, FakeClock())
 
 
 @dataclass

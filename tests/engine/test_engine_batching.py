@@ -31,7 +31,7 @@ def test_mixed_batch_matches_single_request_generate(model):
         3: [("c", prompts["c"], SamplingParams(max_tokens=9, **GREEDY))],
         9: [("d", prompts["d"], SamplingParams(max_tokens=6, **GREEDY))],
     }
-    results = run(make_engine(model, slots=3, chunk=16), arrivals)
+    results = run(make_engine(model, chunk=16, max_num_seqs=3), arrivals)
     for request_id, prompt in prompts.items():
         want = greedy_reference(model, prompt, len(ids_of(results[request_id])))
         assert ids_of(results[request_id]) == want, request_id
@@ -39,14 +39,14 @@ def test_mixed_batch_matches_single_request_generate(model):
 
 
 def test_waiting_request_is_admitted_when_a_slot_frees(model):
-    engine = make_engine(model, slots=1)
+    engine = make_engine(model, max_num_seqs=1)
     params = SamplingParams(max_tokens=3, **GREEDY)
     results = run(engine, {0: [("first", [1, 2], params), ("second", [3, 4], params)]})
     first_done = results["first"].final.time
     second_first_token = next(o.time for o in results["second"].outputs if any(o.new_tokens))
     assert second_first_token > first_done
     assert ids_of(results["second"]) == greedy_reference(model, [3, 4], 3)
-    assert engine.stats().kv_slots_used == 0
+    assert engine.stats().kv_pages_used == 0
 
 
 def test_n_choices_share_the_prompt_and_are_told_apart(model):
@@ -129,20 +129,20 @@ def test_stop_string_ends_the_choice_and_is_not_shown(model):
 
 
 def test_abort_frees_slots_and_gives_a_cancelled_final_output(model):
-    engine = make_engine(model, slots=2)
+    engine = make_engine(model)
     engine.add("r", [1, 2, 3], SamplingParams(max_tokens=500, n=2, **GREEDY), arrival=0.0)
     for _ in range(3):
         engine.step()
-    assert engine.stats().kv_slots_used == 2
+    assert engine.stats().kv_pages_used == 2
     output = engine.abort("r")
     assert output is not None and output.finished
     assert output.finish_reasons == (FinishReason.CANCELLED,) * 2
-    assert engine.stats().kv_slots_used == 0 and not engine.has_work
+    assert engine.stats().kv_pages_used == 0 and not engine.has_work
     assert engine.abort("r") is None
 
 
 def test_deadline_orders_the_waiting_queue_earliest_first(model):
-    engine = make_engine(model, slots=1)
+    engine = make_engine(model, max_num_seqs=1)
     params = SamplingParams(max_tokens=2, **GREEDY)
     engine.add("running", [1], params, arrival=0.0)
     engine.step()

@@ -1,0 +1,61 @@
+"""S3's output-length prediction: a length bucket per request, learned online from finished ones.
+
+Requests are grouped by what is known at arrival (the max_tokens bucket, the prompt-length bucket, n,
+whether stop strings or EOS can end it early). Each group keeps the lengths its recent requests
+produced; the prediction is the bucket that covers a high quantile of them, never above max_tokens.
+A group with too little history predicts max_tokens, so the engine is never optimistic blind. Memory
+is admitted against the prediction; a sequence that outgrows it takes free pages, and when there are
+none the scheduler preempts (S3's recovery from a misprediction).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from dataclasses import dataclass
+
+from triton_backend.sampling_params import SamplingParams
+
+BUCKETS = (16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class PredictorConfig:
+    history: int = 64  # finished requests kept per group
+    min_history: int = 8  # below this, predict max_tokens
+    quantile: float = 0.9
+
+
+def _bucket(value: int) -> int:
+    return BUCKETS[min(bisect.bisect_left(BUCKETS, value), len(BUCKETS) - 1)]
+
+
+def group_of(params: SamplingParams, prompt_tokens: int) -> tuple[int, int, int, bool]:
+    can_end_early = bool(params.stop) or not params.ignore_eos
+    return (_bucket(params.max_tokens), _bucket(prompt_tokens), params.n, can_end_early)
+
+
+class LengthPredictor:
+    def __init__(self, config: PredictorConfig | None = None) -> None:
+        self.config = config or PredictorConfig()
+        self._seen: dict[tuple[int, int, int, bool], deque[int]] = {}
+        self.predictions = 0
+        self.underestimates = 0
+
+    def predict(self, params: SamplingParams, prompt_tokens: int) -> int:
+        """Predicted generated tokens of each choice: a bucket edge, at most max_tokens."""
+        self.predictions += 1
+        seen = self._seen.get(group_of(params, prompt_tokens))
+        if seen is None or len(seen) < self.config.min_history:
+            return params.max_tokens
+        ordered = sorted(seen)
+        high = ordered[min(len(ordered) - 1, int(self.config.quantile * len(ordered)))]
+        return min(params.max_tokens, _bucket(high))
+
+    def observe(self, params: SamplingParams, prompt_tokens: int, generated: int, predicted: int) -> None:
+        """Learn from a finished choice; `predicted` is what was admitted against it."""
+        if generated > predicted:
+            self.underestimates += 1
+        group = group_of(params, prompt_tokens)
+        seen = self._seen.setdefault(group, deque(maxlen=self.config.history))
+        seen.append(generated)

@@ -8,6 +8,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,14 +51,24 @@ def grpc_inputs(
 
 
 def grpc_generate(
-    url: str, prompt: str | bytes | None, sampling: dict[str, Any] | str | None, **kw: Any
+    url: str,
+    prompt: str | bytes | None,
+    sampling: dict[str, Any] | str | None,
+    on_response: Callable[[], Any] | None = None,
+    **kw: Any,
 ) -> Stream:
     """One streamed request to the end: every response, and the error if one came."""
     results: queue.Queue[tuple[Any, Any]] = queue.Queue()
     out = Stream()
     stream = kw.pop("stream", True)
+
+    def callback(result: Any, error: Any) -> None:
+        if on_response is not None:
+            on_response()
+        results.put((result, error))
+
     with grpcclient.InferenceServerClient(url) as client:
-        client.start_stream(callback=lambda result, error: results.put((result, error)))
+        client.start_stream(callback=callback)
         client.async_stream_infer(
             "gpt2",
             grpc_inputs(

@@ -1,0 +1,260 @@
+"""Engine throughput and latency on this machine: our continuous-batching engine against
+one-request-at-a-time transformers `generate`, transformers' own continuous batching, and the same
+load through a real tritonserver (gRPC streaming), all measured in one run.
+
+    .venv/bin/python benchmarks/engine_throughput.py --preset gpt2 --streams 1 4 16 64 \
+        --report benchmarks/engine_cpu.md
+
+Each configuration runs in its own process, so its peak memory (max RSS) is its own. Every stream
+has a `--prompt`-token prompt and generates exactly `--output` tokens (ignore_eos); all streams
+arrive at once, so time to first token includes waiting for the other prompts' prefill.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from triton_backend.engine import Engine
+from triton_backend.kv_cache import PagedKVCache, pages_for_budget
+from triton_backend.metrics import Observations, RequestTracker
+from triton_backend.presets import build_model
+from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.scheduler import SchedulerConfig
+from triton_backend.tokenizer import load_tokenizer, token_bytes
+
+CPU = torch.device("cpu")
+
+
+def prompts(count: int, length: int) -> list[list[int]]:
+    return [[(1000 + 37 * i + j) % 50000 for j in range(length)] for i in range(count)]
+
+
+def quantiles(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": float("nan"), "p99": float("nan")}
+    ordered = sorted(values)
+    return {
+        "p50": statistics.median(ordered),
+        "p99": ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
+    }
+
+
+def run_own(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    model, _ = build_model(preset, None, CPU, torch.float32)
+    shape = cache_shape(model)
+    budget = shape.bytes_per_page * shape.pages_for(prompt + output) * streams
+    cache = PagedKVCache(shape, max(pages_for_budget(shape, budget, 0), shape.pages_per_sequence), CPU)
+    engine = Engine(
+        GPT2Runner(model, cache),
+        token_bytes(),
+        SchedulerConfig(max_num_seqs=max(streams, 1)),
+        time.perf_counter,
+    )
+    params = SamplingParams(max_tokens=output, temperature=0.0, ignore_eos=True)
+    engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
+    while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
+        engine.step()
+    tracker, seen = RequestTracker(), Observations()
+    start = time.perf_counter()
+    for i, ids in enumerate(prompts(streams, prompt)):
+        engine.add(str(i), ids, params, arrival=start)
+    while engine.has_work:
+        for out in engine.step():
+            tracker.observe(out, seen)
+    elapsed = time.perf_counter() - start
+    return summary(
+        seen.generation_tokens,
+        elapsed,
+        seen.time_to_first_token,
+        seen.time_per_output_token,
+        seen.inter_token_latency,
+    )
+
+
+def run_hf_sequential(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    model, _ = build_model(preset, None, CPU, torch.float32)
+    tokens, ttft, tpot = 0, [], []
+    with torch.inference_mode():
+        model.generate(torch.tensor(prompts(1, 8)), max_new_tokens=4, do_sample=False, pad_token_id=50256)
+    start = time.perf_counter()
+    for ids in prompts(streams, prompt):
+        began = time.perf_counter()
+        with torch.inference_mode():
+            out = model.generate(
+                torch.tensor([ids]),
+                max_new_tokens=output,
+                min_new_tokens=output,
+                do_sample=False,
+                pad_token_id=50256,
+            )
+        took = time.perf_counter() - began
+        generated = out.shape[1] - len(ids)
+        tokens += generated
+        tpot.append(took / generated)
+    return summary(tokens, time.perf_counter() - start, ttft, tpot, [])
+
+
+def run_hf_continuous(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    from transformers import GenerationConfig
+
+    model, _ = build_model(preset, None, CPU, torch.float32)
+    config = GenerationConfig(max_new_tokens=output, do_sample=False, eos_token_id=None, pad_token_id=50256)
+    model.generate_batch(prompts(1, 8), generation_config=GenerationConfig(max_new_tokens=2, do_sample=False))
+    start = time.perf_counter()
+    results = model.generate_batch(prompts(streams, prompt), generation_config=config)
+    elapsed = time.perf_counter() - start
+    tokens = sum(len(r.generated_tokens) for r in results.values())
+    return summary(tokens, elapsed, [], [elapsed / output] * streams, [])
+
+
+def run_triton(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "serving"))
+    from serving_testkit import grpc_generate
+
+    from triton_backend.launch import TritonServer
+
+    text_prompts = [load_tokenizer().decode(ids) for ids in prompts(streams, prompt)]
+    params = {"max_tokens": output, "temperature": 0, "ignore_eos": True}
+    env = {"NLG_PRESET": preset, "NLG_MAX_NUM_SEQS": str(max(streams, 8))}
+    with TritonServer(env=env) as server:
+        grpc_generate(server.grpc_url, "warm up", {"max_tokens": 2})
+        barrier = threading.Barrier(streams)
+
+        def one(text: str) -> tuple[float, float, int]:
+            barrier.wait()
+            began = time.perf_counter()
+            first: list[float] = []
+            got = grpc_generate(
+                server.grpc_url, text, params, on_response=lambda: first or first.append(time.perf_counter())
+            )
+            done = time.perf_counter()
+            return first[0] - began, done - began, sum(got.num_output_tokens)
+
+        start = time.perf_counter()
+        with ThreadPoolExecutor(streams) as pool:
+            results = list(pool.map(one, text_prompts))
+        elapsed = time.perf_counter() - start
+    tokens = sum(r[2] for r in results)
+    return summary(tokens, elapsed, [r[0] for r in results], [r[1] / max(r[2], 1) for r in results], [])
+
+
+def summary(
+    tokens: int, elapsed: float, ttft: list[float], tpot: list[float], itl: list[float]
+) -> dict[str, Any]:
+    return {
+        "tokens": tokens,
+        "seconds": elapsed,
+        "tokens_per_s": tokens / elapsed,
+        "ttft": quantiles(ttft),
+        "tpot": quantiles(tpot),
+        "itl": quantiles(itl),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+WORKERS = {
+    "own": run_own,
+    "hf-sequential": run_hf_sequential,
+    "hf-continuous": run_hf_continuous,
+    "triton": run_triton,
+}
+
+
+def measure(worker: str, preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--worker", worker, "--preset", preset, "--streams", str(streams),
+               "--prompt", str(prompt), "--output", str(output)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{worker} x{streams} failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"{worker:14s} streams={streams:3d} {result['tokens_per_s']:8.1f} tok/s", flush=True)
+    return result
+
+
+def machine() -> str:
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in line
+        ),
+        platform.processor(),
+    )
+    return f"{model}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
+
+
+def ms(value: float) -> str:
+    return "-" if value != value else f"{value * 1000:.1f}"
+
+
+def report(args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]]) -> str:
+    lines = [
+        f"# Engine throughput, {args.preset} preset (random weights, seed 0), CPU fp32",
+        "",
+        f"Machine: {machine()}. Measured {date.today()} with `benchmarks/engine_throughput.py`; "
+        f"{args.prompt} prompt and {args.output} output tokens per stream (ignore_eos), all streams arriving at once.",
+        "",
+        "| path | streams | tokens/s | TTFT p50 / p99 ms | per-token p50 / p99 ms | ITL p50 / p99 ms | peak RSS MiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for worker, streams, r in rows:
+        lines.append(
+            f"| {worker} | {streams} | {r['tokens_per_s']:.1f} | {ms(r['ttft']['p50'])} / {ms(r['ttft']['p99'])} | "
+            f"{ms(r['tpot']['p50'])} / {ms(r['tpot']['p99'])} | {ms(r['itl']['p50'])} / {ms(r['itl']['p99'])} | "
+            f"{r['peak_rss_mib']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--worker", choices=WORKERS)
+    parser.add_argument("--preset", default="gpt2")
+    parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--prompt", type=int, default=128)
+    parser.add_argument("--output", type=int, default=128)
+    parser.add_argument("--baseline-requests", type=int, default=2, help="requests for hf-sequential")
+    parser.add_argument("--compare-at", type=int, default=16, help="streams for hf-continuous and triton")
+    parser.add_argument("--report", type=Path)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args.preset, args.streams[0], args.prompt, args.output)))
+        return 0
+    rows = [
+        (
+            "hf-sequential",
+            1,
+            measure("hf-sequential", args.preset, args.baseline_requests, args.prompt, args.output),
+        )
+    ]
+    rows += [("own", n, measure("own", args.preset, n, args.prompt, args.output)) for n in args.streams]
+    for worker in ("hf-continuous", "triton"):
+        rows.append(
+            (worker, args.compare_at, measure(worker, args.preset, args.compare_at, args.prompt, args.output))
+        )
+    text = report(args, rows)
+    print(text)
+    if args.report:
+        args.report.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+{{/* Names, labels, images, and the autoscaler's config file. The policy's helpers: _policy.tpl. */}}
+
+{{- define "nlg-serving.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's base name; components append "-triton", "-autoscaler", ... (so it stays <= 50). */}}
+{{- define "nlg-serving.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "nlg-serving.triton.name" -}}
+{{- printf "%s-triton" (include "nlg-serving.fullname" .) }}
+{{- end }}
+
+{{- define "nlg-serving.autoscaler.name" -}}
+{{- printf "%s-autoscaler" (include "nlg-serving.fullname" .) }}
+{{- end }}
+
+{{- define "nlg-serving.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "nlg-serving.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/* Selector labels of one component; call with (dict "root" $ "component" "triton"). */}}
+{{- define "nlg-serving.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "nlg-serving.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{- define "nlg-serving.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "nlg-serving.triton.image" -}}
+{{- with .Values.triton.image }}
+{{- printf "%s:%s%s" .repository .tag .suffix }}
+{{- end }}
+{{- end }}
+
+{{/* The pod's grace period: the preStop drain, then the longest stream, then a margin. */}}
+{{- define "nlg-serving.triton.gracePeriod" -}}
+{{- with .Values.triton.drain }}
+{{- add .preStopSeconds .maxStreamSeconds .marginSeconds }}
+{{- end }}
+{{- end }}
+
+{{/*
+The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.policy is the
+`scaler` section verbatim; the other sections point at this release's Service, Deployment and Lease.
+*/}}
+{{- define "nlg-serving.autoscaler.config" -}}
+{{- $a := .Values.autoscaler }}
+{{- $ns := .Release.Namespace }}
+{{- $triton := include "nlg-serving.triton.name" . }}
+{{- $tokenFile := "" }}
+{{- if $a.api.tokenSecret.name }}{{ $tokenFile = "/var/run/secrets/nlg-autoscaler/token" }}{{ end }}
+{{- $config := dict
+  "model_id" .Values.model.name
+  "scaler" (include "nlg-serving.policy" . | fromYaml)
+  "source" (dict
+    "kind" $a.source.kind
+    "static_targets" $a.source.static_targets
+    "service" $triton
+    "namespace" $ns
+    "port_name" "metrics"
+    "prometheus_url" .Values.prometheus.url
+    "timeout" (float64 $a.source.timeout))
+  "actuator" (dict
+    "kind" $a.actuator.kind
+    "deployment" $triton
+    "namespace" $ns
+    "triton_url" (printf "http://%s.%s.svc:%v" $triton $ns .Values.service.ports.http))
+  "loop" (dict "interval" (float64 $a.loop.interval))
+  "leader_election" (dict
+    "enabled" $a.leader_election.enabled
+    "lease_name" (include "nlg-serving.autoscaler.name" .)
+    "namespace" $ns
+    "lease_duration" (float64 $a.leader_election.lease_duration))
+  "api" (dict "host" "0.0.0.0" "port" $a.api.port "token_file" $tokenFile)
+  "metrics" (dict "port" $a.metrics.port)
+}}
+{{- toYaml $config }}
+{{- end }}

@@ -1,0 +1,203 @@
+"""The Triton pod: /dev/shm, probes, graceful drain, ports, the model package and the weights."""
+
+from __future__ import annotations
+
+import pytest
+from helm_testkit import HelmError, container, env_of, pod_spec
+
+STARTUP_BUDGET_S = 600  # GPT2-XL: read 6 GB of weights, move them to the GPU, warm up
+
+
+def triton_pod(render, *args, values=None):
+    return pod_spec(render(*args, values=values).one("Deployment", "-triton"))
+
+
+def mounts_by_path(c) -> dict[str, str]:
+    return {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+
+
+def volume(spec, name):
+    [found] = [v for v in spec["volumes"] if v["name"] == name]
+    return found
+
+
+def test_dev_shm_is_a_memory_backed_empty_dir(render):
+    spec = triton_pod(render)
+    name = mounts_by_path(container(spec, "triton"))["/dev/shm"]
+    assert volume(spec, name)["emptyDir"] == {"medium": "Memory", "sizeLimit": "1Gi"}
+    spec = triton_pod(render, "--set", "triton.shmSize=4Gi")
+    assert volume(spec, "dshm")["emptyDir"]["sizeLimit"] == "4Gi"
+
+
+def test_probes_use_tritons_health_endpoints(render):
+    triton = container(triton_pod(render), "triton")
+    assert triton["readinessProbe"]["httpGet"] == {"path": "/v2/health/ready", "port": "http"}
+    assert triton["livenessProbe"]["httpGet"] == {"path": "/v2/health/live", "port": "http"}
+    startup = triton["startupProbe"]
+    assert startup["httpGet"]["path"] == "/v2/health/ready"
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= STARTUP_BUDGET_S
+    # Liveness only starts after startup succeeded, so a slow load is not a crash loop.
+    assert triton["livenessProbe"]["periodSeconds"] * triton["livenessProbe"]["failureThreshold"] >= 30
+
+
+@pytest.mark.parametrize(
+    ("drain", "longest_stream"),
+    [(15, 120), (30, 600), (0, 60)],
+    ids=["defaults", "long-streams", "no-drain"],
+)
+def test_grace_period_outlasts_drain_and_the_longest_stream(render, drain, longest_stream):
+    values = {"triton": {"drain": {"preStopSeconds": drain, "maxStreamSeconds": longest_stream}}}
+    spec = triton_pod(render, values=values)
+    triton = container(spec, "triton")
+    # preStop keeps the pod serving while it leaves the Service's endpoints...
+    assert triton["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sh", "-c", f"sleep {drain}"]
+    # ...then SIGTERM: tritonserver stops taking requests and waits for in-flight streams this long.
+    assert f"--exit-timeout-secs={longest_stream}" in triton["args"]
+    assert spec["terminationGracePeriodSeconds"] > drain + longest_stream
+
+
+def test_server_flags_and_ports(render):
+    triton = container(triton_pod(render), "triton")
+    assert triton["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert triton["command"] == ["tritonserver"]
+    assert triton["args"][:4] == [
+        "--model-repository=/models",
+        "--http-port=8000",
+        "--grpc-port=8001",
+        "--metrics-port=8002",
+    ]
+    assert {p["name"]: p["containerPort"] for p in triton["ports"]} == {
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
+    }
+    assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
+
+
+def test_service_and_pdb_select_the_triton_pods(render):
+    rendered = render()
+    pod_labels = rendered.one("Deployment", "-triton")["spec"]["template"]["metadata"]["labels"]
+    service = rendered.one("Service", "-triton")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        "http": (8000, "http"),
+        "grpc": (8001, "grpc"),
+        "metrics": (8002, "metrics"),
+    }
+    pdb = rendered.one("PodDisruptionBudget", "-triton")
+    assert pdb["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
+    # maxUnavailable, so a single replica still lets a node drain.
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": pdb["spec"]["selector"]}
+    # The autoscaler's pods must not match the Triton selector (they would count as Triton endpoints).
+    autoscaler_labels = rendered.one("Deployment", "-autoscaler")["spec"]["template"]["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= autoscaler_labels.items()
+
+
+def test_model_package_is_copied_in_by_an_init_container(render):
+    spec = triton_pod(render)
+    package = container(spec, "package")
+    assert package["image"] == "ghcr.io/nlg-serving/nlg-serving:0.1.0"
+    assert env_of(package) == {
+        "MODEL_REPOSITORY": "/opt/nlg/model_repository",
+        "SITE_PACKAGES": "/opt/nlg/site-packages",
+    }
+    assert mounts_by_path(package) == {
+        "/models": "model-repository",
+        "/opt/nlg/site-packages": "site-packages",
+    }
+    triton = container(spec, "triton")
+    assert mounts_by_path(triton).items() >= mounts_by_path(package).items()
+    assert env_of(triton)["PYTHONPATH"] == "/opt/nlg/site-packages"
+    assert volume(spec, "model-repository")["emptyDir"] == {}
+
+
+def test_model_package_can_come_with_the_triton_image(render):
+    values = {
+        "package": {"delivery": "image", "modelRepository": "/srv/models", "sitePackages": ""},
+        "triton": {"image": {"repository": "registry.example/nlg-triton", "tag": "0.1.0", "suffix": ""}},
+    }
+    spec = triton_pod(render, values=values)
+    assert "initContainers" not in spec
+    triton = container(spec, "triton")
+    assert triton["image"] == "registry.example/nlg-triton:0.1.0"
+    assert "--model-repository=/srv/models" in triton["args"]
+    assert "PYTHONPATH" not in env_of(triton)
+
+
+def test_model_settings_become_nlg_variables(render):
+    values = {"model": {"preset": "gpt2-xl", "settings": {"dtype": "float16", "max_num_seqs": 32}}}
+    env = env_of(container(triton_pod(render, values=values), "triton"))
+    assert {k: v for k, v in env.items() if k.startswith("NLG_")} == {
+        "NLG_PRESET": "gpt2-xl",
+        "NLG_DTYPE": "float16",
+        "NLG_MAX_NUM_SEQS": "32",
+    }
+
+
+WEIGHTS = [
+    ("none", {}, None),
+    ("pvc", {"source": "pvc", "pvc": {"claimName": "hf-cache"}}, "/weights"),
+    (
+        "pvc-subpath",
+        {"source": "pvc", "pvc": {"claimName": "hf-cache", "subPath": "gpt2-xl"}},
+        "/weights/gpt2-xl",
+    ),
+    (
+        "init",
+        {"source": "initContainer", "initContainer": {"image": {"repository": "reg.example/w"}}},
+        "/weights",
+    ),
+]
+
+
+@pytest.mark.parametrize(("weights", "path"), [w[1:] for w in WEIGHTS], ids=[w[0] for w in WEIGHTS])
+def test_weights_path_points_at_the_checkpoint(render, weights, path):
+    spec = triton_pod(render, values={"weights": weights})
+    triton = container(spec, "triton")
+    assert env_of(triton).get("NLG_WEIGHTS_PATH") == path
+    if path is None:
+        assert "/weights" not in mounts_by_path(triton)
+        return
+    assert mounts_by_path(triton)["/weights"] == "weights"
+    assert next(m for m in triton["volumeMounts"] if m["name"] == "weights")["readOnly"] is True
+    if weights["source"] == "pvc":
+        assert volume(spec, "weights")["persistentVolumeClaim"] == {"claimName": "hf-cache", "readOnly": True}
+    else:
+        init = container(spec, "weights")
+        assert init["image"] == "reg.example/w:latest"
+        assert env_of(init)["NLG_WEIGHTS_PATH"] == "/weights"
+        assert volume(spec, "weights")["emptyDir"] == {"sizeLimit": "8Gi"}
+
+
+def test_weights_init_container_runs_a_given_command(render):
+    command = ["python", "-m", "fetch_weights", "--to", "/weights"]
+    weights = {
+        "source": "initContainer",
+        "initContainer": {"image": {"repository": "r/w", "tag": "2"}, "command": command},
+    }
+    init = container(triton_pod(render, values={"weights": weights}), "weights")
+    assert init["command"] == command
+
+
+def test_triton_actuator_turns_on_explicit_model_control(render):
+    args = container(triton_pod(render, "--set", "autoscaler.actuator.kind=triton"), "triton")["args"]
+    assert "--model-control-mode=explicit" in args
+    assert "--load-model=gpt2" in args
+    assert "--model-control-mode=explicit" not in container(triton_pod(render), "triton")["args"]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"weights": {"source": "pvc"}}, "weights.pvc.claimName is empty with weights.source=pvc"),
+        ({"weights": {"source": "initContainer"}}, "weights.initContainer.image.repository is empty"),
+        (
+            {"package": {"sitePackages": ""}},
+            "package.sitePackages is empty with package.delivery=initContainer",
+        ),
+    ],
+    ids=["pvc-without-claim", "init-without-image", "init-without-packages"],
+)
+def test_incomplete_delivery_settings_are_rejected(helm, values, message):
+    with pytest.raises(HelmError, match=message):
+        helm.template(values=values)

@@ -175,9 +175,7 @@ class TritonServer:
         url = f"http://{self.http_url}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"tritonserver exited with {self.process.returncode}:\n{self.log_text()[-4000:]}"
-                )
+                raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self._log_summary()}")
             try:
                 with urllib.request.urlopen(url, timeout=1) as response:
                     if response.status == 200:
@@ -185,9 +183,13 @@ class TritonServer:
             except OSError:
                 pass
             time.sleep(0.2)
-        raise TimeoutError(
-            f"tritonserver not ready in {self._ready_timeout:.0f}s:\n{self.log_text()[-4000:]}"
-        )
+        raise TimeoutError(f"tritonserver not ready in {self._ready_timeout:.0f}s:\n{self._log_summary()}")
+
+    def _log_summary(self) -> str:
+        # The server's closing status tables bury the cause: its error lines (E...) say it.
+        text = self.log_text()
+        errors = [line for line in text.splitlines() if line.startswith("E")]
+        return "\n".join(errors[-20:]) if errors else text[-4000:]
 
 
 def _fingerprint(path: Path) -> str:

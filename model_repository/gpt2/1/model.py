@@ -1,6 +1,23 @@
 """Triton entry point; the engine lives in the triton_backend package (see triton_backend/triton_model.py)."""
 
-from triton_backend.triton_model import GPT2Model
+import os
+import site
+import sys
+
+
+def _honour_pythonpath() -> None:
+    # The Python backend stub embeds an interpreter that ignores PYTHONPATH, so a virtualenv named
+    # there (nlg-triton sets it) would be invisible. Its entries go first, with their .pth files.
+    before = list(sys.path)
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if entry and entry not in before:
+            site.addsitedir(entry)
+    sys.path[:] = [p for p in sys.path if p not in before] + before
+
+
+_honour_pythonpath()
+
+from triton_backend.triton_model import GPT2Model  # noqa: E402
 
 
 class TritonPythonModel:

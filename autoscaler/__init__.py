@@ -1,0 +1,12 @@
+"""Autoscaler for NLG serving on Triton: scales on per-token latency (Cho, 2022) the way HPA scales.
+
+The pipeline, one module per stage: :mod:`autoscaler.collect` (metric sources) ->
+:mod:`autoscaler.aggregate` (windowed statistics) -> :mod:`autoscaler.decide` (pure policies) ->
+:mod:`autoscaler.actuate` (Kubernetes Deployment scale, Triton instance count). Around it:
+:mod:`autoscaler.config` (the YAML contract), :mod:`autoscaler.loop` (the control loop, the only
+code that reads the clock), :mod:`autoscaler.api` (management REST API), :mod:`autoscaler.telemetry`
+(the autoscaler's own metrics), :mod:`autoscaler.leader` (Lease election), :mod:`autoscaler.cli` and
+:mod:`autoscaler.demo`.
+"""
+
+__version__ = "0.1.0"

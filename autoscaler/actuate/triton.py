@@ -1,0 +1,107 @@
+"""In-place scaling: a model's instance count through Triton's model-control API (one node, no Kubernetes).
+
+This module owns reading ``GET /v2/models/<model>/config`` and reloading the model with
+``POST /v2/repository/models/<model>/load`` whose ``parameters.config`` is that configuration with a
+new ``instance_group`` count. The server must run with ``--model-control-mode=explicit``. Triton loads
+the new instances before it retires the old ones, and an old instance is unloaded only after its
+in-flight requests finish, so a scale-in cuts no stream.
+
+"Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
+several groups is refused, since which group to grow would be a guess).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import httpx
+
+from autoscaler.actuate import ActuationError, LastSet, Observed
+
+log = logging.getLogger(__name__)
+
+
+class TritonInstanceScaler:
+    """Scales models of the Triton server at ``base_url`` (its HTTP port); ``target`` is the model."""
+
+    def __init__(self, base_url: str, timeout: float = 10.0, load_timeout: float = 300.0) -> None:
+        self._base = base_url.rstrip("/")
+        self._http = httpx.Client(timeout=timeout)
+        self._load_timeout = load_timeout
+        self._last = LastSet()
+
+    def _config(self, model: str) -> dict[str, Any]:
+        url = f"{self._base}/v2/models/{model}/config"
+        try:
+            response = self._http.get(url)
+        except httpx.HTTPError as e:
+            raise ActuationError(f"cannot reach Triton at {self._base}: {type(e).__name__}: {e}") from e
+        if response.status_code != 200:
+            raise ActuationError(
+                f"cannot read the config of model {model!r} ({url}): HTTP {response.status_code} "
+                f"{_error(response)}; is it loaded?"
+            )
+        config: dict[str, Any] = response.json()
+        return config
+
+    @staticmethod
+    def _group(model: str, config: dict[str, Any]) -> dict[str, Any]:
+        groups = config.get("instance_group") or []
+        if len(groups) != 1:
+            raise ActuationError(
+                f"model {model!r} has {len(groups)} instance groups; in-place scaling needs exactly one"
+            )
+        group: dict[str, Any] = groups[0]
+        return group
+
+    def observe(self, target: str) -> Observed:
+        count = int(self._group(target, self._config(target)).get("count", 1))
+        observed = self._last.check(target, count)
+        if observed.external:
+            log.warning(
+                "model %r was changed outside the autoscaler: %d instances, the autoscaler last set %d; "
+                "taking %d as current",
+                target, count, observed.previous, count,
+            )  # fmt: skip
+        return observed
+
+    def scale(self, target: str, replicas: int, expected: int) -> int:
+        if replicas < 1:
+            raise ActuationError(f"model {target!r}: Triton needs at least 1 instance, not {replicas}")
+        config = self._config(target)
+        group = self._group(target, config)
+        current = int(group.get("count", 1))
+        if current != expected:
+            log.warning(
+                "model %r has %d instances, not the %d the decision started from; not writing %d",
+                target, current, expected, replicas,
+            )  # fmt: skip
+            self._last.remember(target, current)
+            return current
+        group["count"] = replicas
+        url = f"{self._base}/v2/repository/models/{target}/load"
+        body = {"parameters": {"config": json.dumps(config)}}
+        try:
+            response = self._http.post(url, json=body, timeout=self._load_timeout)
+        except httpx.HTTPError as e:
+            raise ActuationError(f"reloading model {target!r} failed: {type(e).__name__}: {e}") from e
+        if response.status_code != 200:
+            raise ActuationError(
+                f"Triton refused to reload {target!r} with {replicas} instances: HTTP "
+                f"{response.status_code} {_error(response)} (is the server in --model-control-mode=explicit?)"
+            )
+        self._last.remember(target, replicas)
+        log.info("model %r instances %d -> %d", target, current, replicas)
+        return replicas
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _error(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("error", ""))
+    except ValueError:
+        return response.text[:200]

@@ -1,0 +1,228 @@
+"""Wiring: builds the source, actuator, elector, loop, API and metrics server from one configuration.
+
+This module owns the lifecycle (start, apply a reloaded config, stop) and nothing else. A reload
+rebuilds only what changed: a new ``source`` or ``loop.interval`` gets a new metric source, a new
+``actuator`` a new actuator, a new ``leader_election`` a new elector; the scaler changes in place,
+keeping the policy state. ``api`` and ``metrics`` changes need a restart (their ports are bound).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry, start_http_server
+
+from autoscaler.actuate import Actuator, RecordingActuator
+from autoscaler.actuate.kubernetes import DeploymentScaler
+from autoscaler.actuate.triton import TritonInstanceScaler
+from autoscaler.api import create_app
+from autoscaler.collect import WindowSource
+from autoscaler.collect.direct import DirectSource, EndpointSliceTargets, StaticTargets
+from autoscaler.collect.promql import PrometheusSource
+from autoscaler.config import AutoscalerConfig, Registration
+from autoscaler.kube import api_client
+from autoscaler.leader import LeaseElector
+from autoscaler.loop import Controller
+from autoscaler.reload import ConfigWatcher
+from autoscaler.telemetry import Telemetry
+
+log = logging.getLogger(__name__)
+
+
+def default_identity() -> str:
+    """The pod name in Kubernetes (``POD_NAME`` from the downward API), else host and pid."""
+    return os.environ.get("POD_NAME") or f"{socket.gethostname()}-{os.getpid()}"
+
+
+class App:
+    """The whole autoscaler; ``kube`` is an ApiClient to use instead of in-cluster/kubeconfig discovery."""
+
+    def __init__(
+        self,
+        config: AutoscalerConfig,
+        *,
+        watcher: ConfigWatcher | None = None,
+        registry: CollectorRegistry | None = None,
+        kube: k8s.ApiClient | None = None,
+        kubeconfig: str | None = None,
+        clock: Callable[[], float] = time.time,
+        identity: str | None = None,
+    ) -> None:
+        self.config = config
+        self.watcher = watcher
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.telemetry = Telemetry(self.registry)
+        self.identity = identity or default_identity()
+        self._kube = kube
+        self._kubeconfig = kubeconfig
+        self.controller = Controller(
+            self._source(config),
+            self._actuator(config),
+            self.telemetry,
+            source_kind=config.source.kind,
+            clock=clock,
+            elector=self._elector(config),
+            target_name=self._target_name(config),
+        )
+        self.controller.set_config_target(config.model_id, config.scaler, self._config_target(config))
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._api_server: uvicorn.Server | None = None
+        self._metrics_server: Any = None
+
+    # -- building ------------------------------------------------------------------------------
+
+    def kube(self) -> k8s.ApiClient:
+        if self._kube is None:
+            self._kube = api_client(self._kubeconfig)
+        return self._kube
+
+    def _on_scrape_error(self, target: str, message: str) -> None:
+        log.warning("metric source: %s", message)
+
+    def _source(self, config: AutoscalerConfig) -> WindowSource:
+        spec = config.source
+        if spec.kind == "prometheus":
+            return PrometheusSource(spec.prometheus_url, spec.timeout, on_error=self._on_scrape_error)
+        lister: StaticTargets | EndpointSliceTargets
+        if spec.static_targets:
+            lister = StaticTargets(spec.static_targets)
+        else:
+            api = k8s.DiscoveryV1Api(self.kube())
+            lister = EndpointSliceTargets(api, spec.service, spec.namespace, spec.port_name)
+        # A pod missing for two and a half rounds is gone: its gauges stop counting.
+        stale_after = 2.5 * config.loop.interval + spec.timeout
+        return DirectSource(lister, spec.timeout, stale_after, on_error=self._on_scrape_error)
+
+    def _actuator(self, config: AutoscalerConfig) -> Actuator:
+        spec = config.actuator
+        if spec.kind == "kubernetes":
+            return DeploymentScaler(k8s.AppsV1Api(self.kube()), spec.namespace)
+        if spec.kind == "triton":
+            return TritonInstanceScaler(spec.triton_url)
+        return RecordingActuator(initial=max(1, config.scaler.min_deployment_count))
+
+    def _elector(self, config: AutoscalerConfig) -> LeaseElector | None:
+        spec = config.leader_election
+        if not spec.enabled:
+            return None
+        api = k8s.CoordinationV1Api(self.kube())
+        return LeaseElector(api, spec.lease_name, spec.namespace, self.identity, spec.lease_duration)
+
+    @staticmethod
+    def _config_target(config: AutoscalerConfig) -> str:
+        return config.actuator.deployment if config.actuator.kind == "kubernetes" else config.model_id
+
+    @staticmethod
+    def _target_name(config: AutoscalerConfig) -> Callable[[Registration], str]:
+        if config.actuator.kind == "kubernetes":
+            return lambda r: r.target_name
+        return lambda r: r.model_id
+
+    # -- reload ----------------------------------------------------------------------------------
+
+    def apply(self, new: AutoscalerConfig) -> None:
+        """Applies a reloaded configuration between two rounds (called from the loop thread)."""
+        old, controller = self.config, self.controller
+        if new.source != old.source or new.loop.interval != old.loop.interval:
+            controller.source.close()
+            controller.source = self._source(new)
+            controller.source_kind = new.source.kind
+        if new.actuator != old.actuator:
+            controller.actuator.close()
+            controller.actuator = self._actuator(new)
+            controller.target_name = self._target_name(new)
+        if new.leader_election != old.leader_election:
+            controller.close()
+            controller.elector = self._elector(new)
+        controller.set_config_target(new.model_id, new.scaler, self._config_target(new))
+        if new.api != old.api or new.metrics != old.metrics:
+            log.warning("api and metrics settings changed: they take effect after a restart")
+        self.config = new
+
+    def _before_round(self) -> None:
+        if self.watcher is not None:
+            new = self.watcher.poll()
+            if new is not None:
+                self.apply(new)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> App:
+        """Starts the metrics server, the API and the loop, each on its own thread."""
+        if self.config.metrics.port:
+            self._metrics_server, _ = start_http_server(
+                self.config.metrics.port, addr=self.config.api.host, registry=self.registry
+            )
+        if self.config.api.port:
+            token = _read_token(self.config.api.token_file)
+            app = create_app(self.controller, token)
+            config = uvicorn.Config(
+                app, host=self.config.api.host, port=self.config.api.port, log_level="warning", lifespan="off"
+            )
+            self._api_server = uvicorn.Server(config)
+            self._spawn("api", self._api_server.run)
+            deadline = time.monotonic() + 10
+            while not self._api_server.started and time.monotonic() < deadline:
+                time.sleep(0.02)
+        self._spawn("loop", lambda: self.controller.run(self._stop, self._interval, self._before_round))
+        return self
+
+    def _interval(self) -> float:
+        return self.config.loop.interval
+
+    def _spawn(self, name: str, target: Callable[[], object]) -> None:
+        thread = threading.Thread(target=target, name=f"autoscaler-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stops the loop after its round, releases the Lease, stops the servers; safe to call twice."""
+        self._stop.set()
+        if self._api_server is not None:
+            self._api_server.should_exit = True
+        for thread in self._threads:
+            thread.join(timeout=30)
+        self._threads.clear()
+        self.controller.close()
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+            self._metrics_server = None
+        self.controller.source.close()
+        self.controller.actuator.close()
+
+    def request_stop(self) -> None:
+        """Makes :meth:`wait` return (safe from a signal handler); :meth:`stop` does the stopping."""
+        self._stop.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Blocks until a stop is requested (True) or ``timeout`` passes (False)."""
+        return self._stop.wait(timeout)
+
+    def __enter__(self) -> App:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _read_token(path: str) -> str | None:
+    if not path:
+        return None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as e:
+        raise SystemExit(f"api.token_file = {path!r}: cannot read it ({e.strerror or e})") from e
+    if not token:
+        raise SystemExit(f"api.token_file = {path!r}: the file is empty; put the bearer token in it")
+    return token

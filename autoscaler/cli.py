@@ -1,0 +1,88 @@
+"""``nlg-autoscaler``: runs the autoscaler from a YAML config until SIGTERM or SIGINT.
+
+This module owns the command line and nothing else::
+
+    nlg-autoscaler --config autoscaler.yaml            # run (reloads the file when it changes)
+    nlg-autoscaler --config autoscaler.yaml --check    # validate: every error, exit status 2
+    nlg-autoscaler --config autoscaler.yaml --once     # one round, decisions printed as JSON
+
+Exit status: 0 after a clean stop, 2 for a configuration that does not parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from types import FrameType
+
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from autoscaler import __version__
+from autoscaler.app import App
+from autoscaler.config import ConfigError
+from autoscaler.reload import ConfigWatcher
+
+log = logging.getLogger("autoscaler")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="nlg-autoscaler",
+        description="Scale Triton NLG serving on per-token latency (see docs/autoscaler.md).",
+    )
+    parser.add_argument("--config", "-c", required=True, help="YAML file (docs/autoscaler-config.md)")
+    parser.add_argument("--check", action="store_true", help="validate the config and exit")
+    parser.add_argument("--once", action="store_true", help="run one round, print the decisions, exit")
+    parser.add_argument("--kubeconfig", help="kubeconfig file when not running in a pod")
+    parser.add_argument("--identity", help="leader-election identity (default: $POD_NAME or host-pid)")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    watcher = ConfigWatcher(args.config)
+    try:
+        config = watcher.load()
+    except ConfigError as e:
+        print(f"{args.config}: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(f"{args.config}: ok")
+        return 0
+    # The process-wide registry serves /metrics; a one-shot run registers nothing globally.
+    registry = CollectorRegistry() if args.once else REGISTRY
+    app = App(config, watcher=watcher, registry=registry, kubeconfig=args.kubeconfig, identity=args.identity)
+    if args.once:
+        try:
+            app.controller.run_once()
+            print(json.dumps(app.controller.views(), indent=2))
+        finally:
+            app.stop()
+        return 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        app.request_stop()  # the main thread leaves wait() and stops everything in __exit__
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    log.info("nlg-autoscaler %s: scaling %s (%s policy), identity %s",
+             __version__, config.model_id, config.scaler.type, app.identity)  # fmt: skip
+    with app:
+        app.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,169 @@
+"""Direct scrape: reads each Triton pod's ``/metrics`` and aggregates the window in-process.
+
+This module owns finding the pods (static ``host:port`` targets, or the ready and serving endpoints
+of a Service's EndpointSlices through the official ``kubernetes`` client) and scraping them
+concurrently with httpx. The windowed arithmetic is :mod:`autoscaler.aggregate`'s.
+
+Rules: a pod that fails to answer is left out of the round (it goes stale in the aggregator) and
+reported through ``on_error``; if every pod fails, :class:`~autoscaler.collect.SourceError` is
+raised. A Service with no endpoints is no data, not an error (it may be scaled to zero). One round
+(one ``now``) scrapes each pod once, however many models are read from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+import httpx
+from kubernetes import client as k8s
+
+from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats
+from autoscaler.collect import ErrorCallback, SourceError, ignore_error
+from autoscaler.collect.exposition import ExpositionError, parse_exposition
+
+SERVICE_LABEL = "kubernetes.io/service-name"
+
+
+class TargetLister(Protocol):
+    def targets(self) -> dict[str, str]:
+        """Pod id -> metrics URL."""
+        ...
+
+
+def metrics_url(target: str) -> str:
+    """``host:port`` -> ``http://host:port/metrics``; a URL without a path gets ``/metrics``."""
+    if target.startswith(("http://", "https://")):
+        scheme, _, rest = target.partition("://")
+        return target if "/" in rest else f"{scheme}://{rest}/metrics"
+    return f"http://{target}/metrics"
+
+
+class StaticTargets:
+    """A fixed list from ``source.static_targets``; the pod id is the target as written."""
+
+    def __init__(self, targets: Sequence[str]) -> None:
+        self._targets = {t: metrics_url(t) for t in targets}
+
+    def targets(self) -> dict[str, str]:
+        return dict(self._targets)
+
+
+class EndpointSliceTargets:
+    """The pods behind a Service, from its EndpointSlices (``discovery.k8s.io/v1``).
+
+    An endpoint counts when it is ready or still serving (a terminating pod finishes its streams and
+    its finished requests belong to the window). ``ready: null`` means ready, as the API documents.
+    """
+
+    def __init__(self, api: k8s.DiscoveryV1Api, service: str, namespace: str, port_name: str) -> None:
+        self._api = api
+        self._service = service
+        self._namespace = namespace
+        self._port_name = port_name
+
+    def targets(self) -> dict[str, str]:
+        try:
+            slices = self._api.list_namespaced_endpoint_slice(
+                self._namespace, label_selector=f"{SERVICE_LABEL}={self._service}"
+            )
+        except (k8s.ApiException, OSError) as e:
+            raise SourceError(
+                f"cannot list EndpointSlices of service {self._namespace}/{self._service}: {_short(e)}"
+            ) from e
+        found: dict[str, str] = {}
+        for eps in slices.items:
+            # The label selector is applied here too: a server that ignores it must not leak pods in.
+            labels = (eps.metadata.labels if eps.metadata else None) or {}
+            if labels.get(SERVICE_LABEL) != self._service:
+                continue
+            port = next((p.port for p in eps.ports or [] if p.name == self._port_name), None)
+            if port is None:
+                continue
+            for endpoint in eps.endpoints or []:
+                conditions = endpoint.conditions
+                ready = conditions is None or conditions.ready is not False or conditions.serving is True
+                if not ready or not endpoint.addresses:
+                    continue
+                address = endpoint.addresses[0]
+                host = f"[{address}]" if ":" in address else address
+                pod = endpoint.target_ref.name if endpoint.target_ref and endpoint.target_ref.name else host
+                found[pod] = f"http://{host}:{port}/metrics"
+        return found
+
+
+def _short(e: BaseException) -> str:
+    if isinstance(e, k8s.ApiException):
+        return f"HTTP {e.status} {e.reason}"
+    return str(e) or type(e).__name__
+
+
+class DirectSource:
+    """Scrapes the pods each round and answers windows from per-model aggregators."""
+
+    def __init__(
+        self,
+        lister: TargetLister,
+        timeout: float,
+        stale_after: float,
+        on_error: ErrorCallback = ignore_error,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._lister = lister
+        self._timeout = timeout
+        self._stale_after = stale_after
+        self._on_error = on_error
+        self._http = http or httpx.Client(timeout=timeout)
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="scrape")
+        self._round: tuple[float, dict[str, str], list[str]] | None = None
+        self._aggregators: dict[str, WindowAggregator] = {}
+
+    def _scrape_one(self, url: str) -> str:
+        response = self._http.get(url, timeout=self._timeout)
+        response.raise_for_status()
+        return response.text
+
+    def _scrape(self, now: float) -> tuple[dict[str, str], list[str]]:
+        if self._round is not None and self._round[0] == now:
+            return self._round[1], self._round[2]
+        targets = self._lister.targets()
+        futures = {pod: self._pool.submit(self._scrape_one, url) for pod, url in targets.items()}
+        texts: dict[str, str] = {}
+        errors: list[str] = []
+        for pod, future in futures.items():
+            try:
+                texts[pod] = future.result()
+            except httpx.HTTPError as e:
+                message = f"scrape of {targets[pod]} failed: {type(e).__name__}: {e}"
+                errors.append(message)
+                self._on_error(pod, message)
+        self._round = (now, texts, errors)
+        return texts, errors
+
+    def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
+        texts, errors = self._scrape(now)
+        aggregator = self._aggregators.get(model_id)
+        if aggregator is None:
+            aggregator = self._aggregators[model_id] = WindowAggregator(time_window, self._stale_after)
+        aggregator.time_window = time_window
+        samples: dict[str, PodSample] = {}
+        for pod, text in texts.items():
+            try:
+                samples[pod] = parse_exposition(text, model_id)
+            except ExpositionError as e:
+                errors = [*errors, f"{pod}: {e}"]
+                self._on_error(pod, str(e))
+        aggregator.record(now, samples)
+        if errors and not samples:
+            raise SourceError("; ".join(errors))
+        return aggregator.window(now)
+
+    def forget(self, model_id: str) -> None:
+        """Drops a model's history (its target was deleted)."""
+        self._aggregators.pop(model_id, None)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._http.close()
+

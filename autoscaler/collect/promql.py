@@ -1,0 +1,130 @@
+"""Prometheus source: the window statistics of a model from PromQL over Prometheus's HTTP API.
+
+This module owns the queries and the reading of their answers. Histograms come from
+``sum by (le) (increase(<family>_bucket{model="..."}[<window>s]))`` plus ``_sum`` and ``_count``,
+reduced to mean and quantiles by :func:`autoscaler.aggregate.latency_stats` (the same arithmetic as
+the direct source). Gauges are summed over pods (``kv_usage`` averaged); ``pods`` counts the pods
+reporting ``nlg_requests_running``. Queries are evaluated at ``now`` (``time=`` parameter).
+
+Rules for odd answers (each has a table test):
+
+- An empty vector is no data for that value (nothing was scraped, or no such series yet).
+- NaN or Inf (Prometheus writes them as strings) is no data for that value; a NaN bucket makes the
+  whole histogram no data.
+- Several series where one was expected is a :class:`~autoscaler.collect.SourceError` naming the
+  query: the selector matches more than it should, and guessing which one to use would hide that.
+- An HTTP error, a non-JSON body or ``status != success`` is a
+  :class:`~autoscaler.collect.SourceError` (the loop holds the replicas and counts it).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import httpx
+
+from autoscaler.aggregate import LatencyStats, WindowStats, latency_stats
+from autoscaler.collect import ErrorCallback, SourceError, ignore_error
+from autoscaler.collect.exposition import GAUGE_FAMILIES, HISTOGRAM_FAMILIES
+
+
+def _selector(model_id: str) -> str:
+    escaped = model_id.replace("\\", "\\\\").replace('"', '\\"')
+    return f'{{model="{escaped}"}}'
+
+
+def _float(raw: Any) -> float | None:
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+class PrometheusSource:
+    """Asks ``base_url``'s ``/api/v1/query`` for each value of the window."""
+
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float,
+        on_error: ErrorCallback = ignore_error,
+        http: httpx.Client | None = None,
+    ) -> None:
+        self._url = base_url.rstrip("/") + "/api/v1/query"
+        self._timeout = timeout
+        self._on_error = on_error
+        self._http = http or httpx.Client(timeout=timeout)
+
+    def query(self, promql: str, now: float) -> list[dict[str, Any]]:
+        """The result vector of an instant query; raises :class:`SourceError` on any failure."""
+        try:
+            response = self._http.get(self._url, params={"query": promql, "time": f"{now:.3f}"})
+            body = response.json()
+        except (httpx.HTTPError, ValueError) as e:
+            message = f"Prometheus query failed ({self._url}): {type(e).__name__}: {e}"
+            self._on_error("prometheus", message)
+            raise SourceError(message) from e
+        if response.status_code != 200 or body.get("status") != "success":
+            error = body.get("error", "") if isinstance(body, dict) else ""
+            message = f"Prometheus rejected {promql!r}: HTTP {response.status_code} {error}".strip()
+            self._on_error("prometheus", message)
+            raise SourceError(message)
+        data = body.get("data", {})
+        if data.get("resultType") != "vector":
+            raise SourceError(f"Prometheus answered {promql!r} with {data.get('resultType')!r}, not a vector")
+        result: list[dict[str, Any]] = data.get("result", [])
+        return result
+
+    def scalar(self, promql: str, now: float) -> float | None:
+        """One value, ``None`` for an empty vector or NaN/Inf."""
+        result = self.query(promql, now)
+        if not result:
+            return None
+        if len(result) > 1:
+            labels = [r.get("metric", {}) for r in result]
+            raise SourceError(f"{promql!r} returned {len(result)} series where one was expected: {labels}")
+        return _float(result[0].get("value", [None, None])[1])
+
+    def _histogram(self, family: str, selector: str, window: str, now: float) -> LatencyStats:
+        rows = self.query(f"sum by (le) (increase({family}_bucket{selector}[{window}]))", now)
+        buckets: list[tuple[float, float]] = []
+        for row in rows:
+            le = _float_le(row.get("metric", {}).get("le"))
+            value = _float(row.get("value", [None, None])[1])
+            if le is None or value is None:
+                return LatencyStats.empty()
+            buckets.append((le, value))
+        total = self.scalar(f"sum(increase({family}_sum{selector}[{window}]))", now)
+        count = self.scalar(f"sum(increase({family}_count{selector}[{window}]))", now)
+        if not buckets or total is None or count is None:
+            return LatencyStats.empty()
+        return latency_stats(buckets, total, count)
+
+    def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
+        selector = _selector(model_id)
+        window = f"{max(1, round(time_window))}s"
+        families = HISTOGRAM_FAMILIES.items()
+        latencies = {name: self._histogram(family, selector, window, now) for family, name in families}
+        gauges: dict[str, float] = {}
+        for family, name in GAUGE_FAMILIES.items():
+            how = "avg" if name == "kv_usage" else "sum"
+            value = self.scalar(f"{how}({family}{selector})", now)
+            if value is not None:
+                gauges[name] = value
+        pods = self.scalar(f"count(count by (instance) (nlg_requests_running{selector}))", now)
+        n = int(pods or 0)
+        return WindowStats(latencies=latencies, gauges=gauges, pods=n, span=time_window if n else 0.0)
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _float_le(raw: Any) -> float | None:
+    """Bucket bounds may be ``+Inf``; anything unparseable is None."""
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(value) else value

@@ -1,0 +1,341 @@
+"""The autoscaler's configuration: frozen, typed objects parsed from YAML, every problem reported at once.
+
+This module owns the schema written down in ``docs/autoscaler-config.md`` (the contract with the Helm
+chart) and nothing else: no I/O besides reading the file in :func:`load_config`.
+
+Public API (imported by the Helm chart's tests and the simulator; keep stable):
+
+- :class:`AutoscalerConfig` with :class:`ScalerSpec`, :class:`RateLimit`, :class:`Signal`,
+  :class:`SourceSpec`, :class:`ActuatorSpec`, :class:`LoopSpec`, :class:`LeaderElectionSpec`,
+  :class:`ApiSpec`, :class:`MetricsSpec`; each has ``validate(path) -> list[str]``.
+- :class:`Registration`: the thesis's Listing 6.1 body of ``POST /deployment/``.
+- :func:`parse_config` ``(data: Mapping) -> AutoscalerConfig``, :func:`load_config` ``(path)``,
+  :func:`parse_scaler` ``(data, path="scaler") -> ScalerSpec``,
+  :func:`parse_registration` ``(data) -> Registration``; all raise :class:`ConfigError`, whose
+  ``errors`` list names each bad key path (``scaler.threshold``) with its value and how to fix it.
+- :func:`to_dict` turns any of these objects back into plain YAML-able data (defaults included), so
+  the chart's ``values.yaml`` can be compared with the code's defaults.
+- :data:`SIGNAL_METRICS`: the names allowed in ``scaler.signals[].metric``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+import yaml
+
+from autoscaler import _schema as s
+
+PolicyType = Literal["request", "pertoken"]
+SourceKind = Literal["direct", "prometheus"]
+ActuatorKind = Literal["kubernetes", "triton", "none"]
+
+#: Signals a scaler may combine; latencies in ms, ``waiting_per_replica`` in requests, ``kv_usage`` 0..1.
+SIGNAL_METRICS: Final[tuple[str, ...]] = (
+    "request_mean", "request_p50", "request_p90", "request_p99",
+    "pertoken_mean", "pertoken_p50", "pertoken_p90", "pertoken_p99",
+    "ttft_mean", "ttft_p99", "itl_mean", "itl_p99",
+    "waiting_per_replica", "kv_usage",
+)  # fmt: skip
+
+
+class ConfigError(ValueError):
+    """Raised with every problem found; ``errors`` holds one message per problem."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("invalid autoscaler configuration:\n  - " + "\n  - ".join(self.errors))
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``max(max_pods, max_percent% of current)`` replicas added or removed per ``period`` s.
+
+    Both limits 0 disables scaling in that direction (HPA's ``selectPolicy: Disabled``).
+    """
+
+    max_pods: int
+    max_percent: float
+    period: float
+
+    def validate(self, path: str) -> list[str]:
+        return [
+            *s.at_least(f"{path}.max_pods", self.max_pods, 0),
+            *s.at_least(f"{path}.max_percent", self.max_percent, 0),
+            *s.positive(f"{path}.period", self.period),
+        ]
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A further signal combined with the primary one: desired replicas = max over signals."""
+
+    metric: str
+    target: float
+
+    def validate(self, path: str) -> list[str]:
+        errors = s.one_of(f"{path}.metric", self.metric, SIGNAL_METRICS)
+        errors += s.positive(f"{path}.target", self.target)
+        if self.metric == "kv_usage" and self.target > 1:
+            errors.append(f"{path}.target = {self.target!r}: kv_usage is a ratio, use a value in (0, 1]")
+        return errors
+
+
+@dataclass(frozen=True)
+class ScalerSpec:
+    """The thesis's Listing 6.1 ``scaler`` plus HPA's knobs. Thresholds in ms, durations in s."""
+
+    type: PolicyType = "pertoken"
+    min_deployment_count: int = 1
+    max_deployment_count: int = 4
+    time_window: float = 60.0
+    threshold: float = 25.0
+    tolerance: float = 0.1
+    stabilization_window: float = 300.0
+    scale_up: RateLimit = RateLimit(max_pods=4, max_percent=100.0, period=15.0)
+    scale_down: RateLimit = RateLimit(max_pods=1, max_percent=100.0, period=60.0)
+    signals: tuple[Signal, ...] = ()
+
+    def validate(self, path: str = "scaler") -> list[str]:
+        errors = s.one_of(f"{path}.type", self.type, ("request", "pertoken"))
+        errors += s.at_least(f"{path}.min_deployment_count", self.min_deployment_count, 0)
+        errors += s.at_least(f"{path}.max_deployment_count", self.max_deployment_count, 1)
+        if self.max_deployment_count < self.min_deployment_count:
+            errors.append(
+                f"{path}.max_deployment_count = {self.max_deployment_count}: must be >= "
+                f"{path}.min_deployment_count ({self.min_deployment_count})"
+            )
+        errors += s.positive(f"{path}.time_window", self.time_window)
+        errors += s.positive(f"{path}.threshold", self.threshold)
+        if not 0 <= self.tolerance < 1:
+            errors.append(f"{path}.tolerance = {self.tolerance!r}: must be in [0, 1), e.g. 0.1 for 10%")
+        errors += s.at_least(f"{path}.stabilization_window", self.stabilization_window, 0)
+        errors += self.scale_up.validate(f"{path}.scale_up")
+        errors += self.scale_down.validate(f"{path}.scale_down")
+        seen: set[str] = set()
+        for i, signal in enumerate(self.signals):
+            errors += signal.validate(f"{path}.signals[{i}]")
+            if signal.metric in seen:
+                errors.append(f"{path}.signals[{i}].metric = {signal.metric!r}: listed twice, keep one")
+            seen.add(signal.metric)
+        return errors
+
+    @property
+    def primary_metric(self) -> str:
+        """The signal the thesis's policy scales on: the window mean of its latency."""
+        return "pertoken_mean" if self.type == "pertoken" else "request_mean"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Where metrics come from: Triton pods scraped directly, or a Prometheus server."""
+
+    kind: SourceKind = "direct"
+    static_targets: tuple[str, ...] = ()
+    service: str = "triton"
+    namespace: str = "default"
+    port_name: str = "metrics"
+    prometheus_url: str = "http://prometheus:9090"
+    timeout: float = 2.0
+
+    def validate(self, path: str = "source") -> list[str]:
+        errors = s.one_of(f"{path}.kind", self.kind, ("direct", "prometheus"))
+        for i, target in enumerate(self.static_targets):
+            errors += s.host_port(f"{path}.static_targets[{i}]", target)
+        errors += s.k8s_name(f"{path}.service", self.service)
+        errors += s.k8s_name(f"{path}.namespace", self.namespace)
+        errors += s.non_empty(f"{path}.port_name", self.port_name)
+        errors += s.http_url(f"{path}.prometheus_url", self.prometheus_url)
+        errors += s.positive(f"{path}.timeout", self.timeout)
+        return errors
+
+
+@dataclass(frozen=True)
+class ActuatorSpec:
+    """What is scaled: a Deployment's scale subresource, Triton's instance count, or nothing (dry run)."""
+
+    kind: ActuatorKind = "kubernetes"
+    deployment: str = "triton"
+    namespace: str = "default"
+    triton_url: str = "http://127.0.0.1:8000"
+
+    def validate(self, path: str = "actuator") -> list[str]:
+        errors = s.one_of(f"{path}.kind", self.kind, ("kubernetes", "triton", "none"))
+        errors += s.k8s_name(f"{path}.deployment", self.deployment)
+        errors += s.k8s_name(f"{path}.namespace", self.namespace)
+        errors += s.http_url(f"{path}.triton_url", self.triton_url)
+        return errors
+
+
+@dataclass(frozen=True)
+class LoopSpec:
+    """One collect -> aggregate -> decide -> actuate round every ``interval`` seconds."""
+
+    interval: float = 5.0
+
+    def validate(self, path: str = "loop") -> list[str]:
+        return s.positive(f"{path}.interval", self.interval)
+
+
+@dataclass(frozen=True)
+class LeaderElectionSpec:
+    """A coordination.k8s.io Lease that only one autoscaler replica holds at a time."""
+
+    enabled: bool = False
+    lease_name: str = "nlg-autoscaler"
+    namespace: str = "default"
+    lease_duration: float = 15.0
+
+    def validate(self, path: str = "leader_election") -> list[str]:
+        errors = s.k8s_name(f"{path}.lease_name", self.lease_name)
+        errors += s.k8s_name(f"{path}.namespace", self.namespace)
+        errors += s.positive(f"{path}.lease_duration", self.lease_duration)
+        return errors
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """The management REST API; ``port: 0`` turns it off; an empty ``token_file`` turns auth off."""
+
+    host: str = "0.0.0.0"
+    port: int = 8080
+    token_file: str = ""
+
+    def validate(self, path: str = "api") -> list[str]:
+        return [*s.non_empty(f"{path}.host", self.host), *s.port(f"{path}.port", self.port)]
+
+
+@dataclass(frozen=True)
+class MetricsSpec:
+    """The autoscaler's own ``/metrics``; ``port: 0`` turns it off."""
+
+    port: int = 9100
+
+    def validate(self, path: str = "metrics") -> list[str]:
+        return s.port(f"{path}.port", self.port)
+
+
+@dataclass(frozen=True)
+class AutoscalerConfig:
+    """The whole file. ``model_id`` is the Triton model (metric label ``model``) that is scaled."""
+
+    model_id: str = "gpt2"
+    scaler: ScalerSpec = ScalerSpec()
+    source: SourceSpec = SourceSpec()
+    actuator: ActuatorSpec = ActuatorSpec()
+    loop: LoopSpec = LoopSpec()
+    leader_election: LeaderElectionSpec = LeaderElectionSpec()
+    api: ApiSpec = ApiSpec()
+    metrics: MetricsSpec = MetricsSpec()
+
+    def validate(self) -> list[str]:
+        cross: list[str] = []
+        election = self.leader_election
+        if election.enabled and election.lease_duration <= self.loop.interval:
+            cross.append(
+                f"leader_election.lease_duration = {election.lease_duration!r}: must be greater than "
+                f"loop.interval ({self.loop.interval}), or the lease expires between renewals"
+            )
+        return [
+            *cross,
+            *s.model_name("model_id", self.model_id),
+            *self.scaler.validate("scaler"),
+            *self.source.validate("source"),
+            *self.actuator.validate("actuator"),
+            *self.loop.validate("loop"),
+            *self.leader_election.validate("leader_election"),
+            *self.api.validate("api"),
+            *self.metrics.validate("metrics"),
+        ]
+
+
+@dataclass(frozen=True)
+class Registration:
+    """Body of ``POST /deployment/`` (thesis Listing 6.1); ``deployment`` defaults to ``model_id``."""
+
+    model_id: str
+    scaler: ScalerSpec = field(default_factory=ScalerSpec)
+    instance_type: str = ""
+    engine_type: str = "triton"
+    deployment: str = ""
+
+    def validate(self) -> list[str]:
+        errors = [*s.model_name("model_id", self.model_id), *self.scaler.validate("scaler")]
+        if self.deployment:
+            errors += s.k8s_name("deployment", self.deployment)
+        return errors
+
+    @property
+    def target_name(self) -> str:
+        """The Deployment (kubernetes actuator) scaled for this model."""
+        return self.deployment or self.model_id
+
+
+def _build(cls: type[Any], data: Any, path: str, errors: list[str]) -> Any:
+    """Reads a dataclass from a mapping: unknown keys and wrong types become errors, defaults fill gaps.
+
+    Nested dataclass fields recurse; ``RateLimit`` fields take their defaults from the parent's default
+    instance, so ``scale_down: {period: 30}`` keeps ``max_pods: 1``.
+    """
+    nested = (RateLimit, Signal, ScalerSpec, SourceSpec, ActuatorSpec, LoopSpec, LeaderElectionSpec,
+              ApiSpec, MetricsSpec)  # fmt: skip
+    return s.build(cls, data, path, errors, nested)
+
+
+def _finish(obj: Any, type_errors: list[str]) -> Any:
+    errors = type_errors + [e for e in obj.validate() if not s.already_reported(e, type_errors)]
+    if errors:
+        raise ConfigError(errors)
+    return obj
+
+
+def parse_config(data: Mapping[str, Any] | None) -> AutoscalerConfig:
+    """Parses the YAML document (already loaded); ``None`` (an empty file) gives all defaults."""
+    errors: list[str] = []
+    config: AutoscalerConfig = _build(AutoscalerConfig, {} if data is None else data, "", errors)
+    return _finish(config, errors)  # type: ignore[no-any-return]
+
+
+def parse_scaler(data: Mapping[str, Any] | None, path: str = "scaler") -> ScalerSpec:
+    """Parses a ``scaler`` object alone (the simulator's and the REST API's entry point)."""
+    errors: list[str] = []
+    spec: ScalerSpec = _build(ScalerSpec, {} if data is None else data, path, errors)
+    type_errors = list(errors)
+    errors += [e for e in spec.validate(path) if not s.already_reported(e, type_errors)]
+    if errors:
+        raise ConfigError(errors)
+    return spec
+
+
+def parse_registration(data: Mapping[str, Any]) -> Registration:
+    """Parses a Listing 6.1 body; ``model_id`` is required."""
+    errors: list[str] = []
+    if not isinstance(data, Mapping):
+        raise ConfigError([f"body = {data!r}: must be a JSON object with model_id and scaler"])
+    if "model_id" not in data:
+        errors.append("model_id: required, the Triton model to scale (e.g. 'gpt2')")
+    registration: Registration = _build(Registration, {"model_id": "", **data}, "", errors)
+    return _finish(registration, errors)  # type: ignore[no-any-return]
+
+
+def load_config(path: str | os.PathLike[str]) -> AutoscalerConfig:
+    """Reads and parses a YAML file; an unreadable or malformed file is a :class:`ConfigError` too."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise ConfigError([f"{os.fspath(path)}: cannot read the config file: {e.strerror or e}"]) from e
+    except yaml.YAMLError as e:
+        raise ConfigError([f"{os.fspath(path)}: not valid YAML: {e}"]) from e
+    if data is not None and not isinstance(data, Mapping):
+        raise ConfigError([f"{os.fspath(path)}: top level is {type(data).__name__}, must be a mapping"])
+    return parse_config(data)
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Plain data (tuples as lists) of any config object, defaults included; parses back unchanged."""
+    return s.plain(dataclasses.asdict(obj))  # type: ignore[no-any-return]

@@ -1,0 +1,233 @@
+"""Scaling policies: pure functions from window statistics, config, state and time to a decision.
+
+This module owns the decision and nothing else: no clock reads, no I/O; the caller keeps
+:class:`PolicyState` between calls (Ray Serve's ``(desired, new_state)`` shape).
+
+Public API (imported by the simulator; keep stable):
+
+- :func:`decide` ``(window, spec, state, now) -> (Decision, PolicyState)``.
+- :class:`Decision` (desired replicas, ``valid``, a reason a person can read, the values used),
+  :class:`PolicyState` (``PolicyState.initial(replicas)``, ``with_replicas(n)`` after observing the
+  target), :data:`POLICIES` (``type`` -> primary signal) and :func:`signal_value`.
+
+The algorithm is Kubernetes HPA's, built from small named steps, each tested alone:
+
+1. :func:`signal_value`: each signal's current value (primary: the window mean of per-token or
+   request latency, in ms); ``None`` means no data.
+2. :func:`proposal`: ``ceil(current * value / target)``, or ``current`` inside the tolerance.
+3. :func:`combine`: the maximum over signals with data; with some signals lacking data a scale-down
+   is refused (HPA does the same); with none, hold.
+4. :func:`stabilize`: a scale-down takes the highest proposal of the last ``stabilization_window`` s.
+5. :func:`rate_limit`: at most ``max(max_pods, max_percent% of the replicas at the period start)``
+   added or removed per period.
+6. :func:`bounds`: ``min_deployment_count <= desired <= max_deployment_count``, applied even without
+   data, as HPA does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from autoscaler.aggregate import WindowStats
+from autoscaler.config import RateLimit, ScalerSpec, Signal
+
+_LATENCY_STATS: Final = frozenset({"mean", "p50", "p90", "p99"})
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One round's outcome. ``valid`` is False when there was no data and the replicas were held."""
+
+    desired: int
+    current: int
+    valid: bool
+    reason: str
+    values: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def changes(self) -> bool:
+        return self.desired != self.current
+
+
+@dataclass(frozen=True)
+class PolicyState:
+    """What a policy remembers: current replicas, recent proposals and recent scale events."""
+
+    replicas: int
+    proposals: tuple[tuple[float, int], ...] = ()
+    events: tuple[tuple[float, int], ...] = ()
+
+    @classmethod
+    def initial(cls, replicas: int) -> PolicyState:
+        return cls(replicas=replicas)
+
+    def with_replicas(self, replicas: int) -> PolicyState:
+        """The caller observed the target at ``replicas`` (after actuation, or a manual change)."""
+        return replace(self, replicas=replicas)
+
+
+def pertoken_policy(spec: ScalerSpec) -> Signal:
+    """The thesis's policy: the window mean of per-token latency against ``threshold`` ms."""
+    return Signal(metric="pertoken_mean", target=spec.threshold)
+
+
+def request_policy(spec: ScalerSpec) -> Signal:
+    """The thesis's baseline: the window mean of request latency against ``threshold`` ms."""
+    return Signal(metric="request_mean", target=spec.threshold)
+
+
+POLICIES: Final[Mapping[str, Callable[[ScalerSpec], Signal]]] = {
+    "pertoken": pertoken_policy,
+    "request": request_policy,
+}
+
+
+def _idle(window: WindowStats) -> bool:
+    """Pods answered, nothing finished, nothing running or waiting: latency is 0, not unknown."""
+    return (
+        window.pods > 0
+        and window.span > 0
+        and window.gauges.get("running") == 0
+        and window.gauges.get("waiting", 0) == 0
+    )
+
+
+def signal_value(window: WindowStats, metric: str, replicas: int) -> float | None:
+    """The value of ``metric`` (a :data:`~autoscaler.config.SIGNAL_METRICS` name); ``None`` = no data.
+
+    Latencies are in ms. With no pod reporting there is no data. A latency with no request finished
+    in the window is no data too, unless the pods are idle (nothing running or waiting): then it is 0,
+    so that an idle deployment scales in. ``waiting_per_replica`` divides by ``replicas`` (HPA's
+    AverageValue); ``kv_usage`` is the mean over pods (HPA's Utilization).
+    """
+    if window.pods == 0:
+        return None
+    if metric == "waiting_per_replica":
+        waiting = window.gauges.get("waiting")
+        return None if waiting is None else waiting / max(replicas, 1)
+    if metric == "kv_usage":
+        return window.gauges.get("kv_usage")
+    family, _, stat = metric.rpartition("_")
+    if stat not in _LATENCY_STATS:
+        raise ValueError(f"unknown signal {metric!r}; see autoscaler.config.SIGNAL_METRICS")
+    stats = window.latency(family)
+    if stats.count <= 0:
+        return 0.0 if _idle(window) else None
+    value: float = getattr(stats, stat)
+    return value * 1000.0 if math.isfinite(value) else None
+
+
+def proposal(current: int, value: float, target: float, tolerance: float) -> int:
+    """HPA's ``ceil(current * value / target)``; ``current`` while the ratio is within the tolerance.
+
+    From zero replicas the proposal starts at one (there is no ratio of nothing).
+    """
+    ratio = value / target
+    if abs(ratio - 1.0) <= tolerance:
+        return current
+    return math.ceil(max(current, 1) * ratio)
+
+
+def combine(proposals: Mapping[str, int | None], current: int) -> tuple[int | None, str]:
+    """Maximum over signals with data; refuses a scale-down while any signal lacks data."""
+    known = {m: p for m, p in proposals.items() if p is not None}
+    if not known:
+        return None, "no data for " + ", ".join(proposals)
+    metric, best = max(known.items(), key=lambda kv: kv[1])
+    missing = [m for m, p in proposals.items() if p is None]
+    if missing and best < current:
+        return current, f"scale-down refused: no data for {', '.join(missing)}"
+    return best, f"{metric} proposes {best}"
+
+
+def stabilize(
+    proposals: tuple[tuple[float, int], ...], desired: int, current: int, now: float, window: float
+) -> tuple[int, tuple[tuple[float, int], ...]]:
+    """Adds ``desired`` to the history; a scale-down takes the highest proposal of the last ``window`` s."""
+    kept = tuple((t, p) for t, p in proposals if t > now - window) + ((now, desired),)
+    if desired >= current:
+        return desired, kept
+    return min(current, max(p for _, p in kept)), kept
+
+
+def _changed_in_period(events: tuple[tuple[float, int], ...], now: float, period: float) -> tuple[int, int]:
+    added = sum(d for t, d in events if d > 0 and t > now - period)
+    removed = -sum(d for t, d in events if d < 0 and t > now - period)
+    return added, removed
+
+
+def rate_limit(
+    desired: int, current: int, events: tuple[tuple[float, int], ...], now: float,
+    up: RateLimit, down: RateLimit,
+) -> int:  # fmt: skip
+    """HPA's behavior policies with ``selectPolicy: Max``, counted from the replicas at the period start."""
+    if desired > current:
+        added, removed = _changed_in_period(events, now, up.period)
+        start = current - added + removed
+        limit = max(start + up.max_pods, math.ceil(start * (1 + up.max_percent / 100.0)))
+        return min(desired, max(limit, current))
+    if desired < current:
+        added, removed = _changed_in_period(events, now, down.period)
+        start = current - added + removed
+        limit = min(start - down.max_pods, math.floor(start * (1 - down.max_percent / 100.0)))
+        return max(desired, min(limit, current))
+    return desired
+
+
+def bounds(desired: int, spec: ScalerSpec) -> int:
+    return min(max(desired, spec.min_deployment_count), spec.max_deployment_count)
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def decide(
+    window: WindowStats, spec: ScalerSpec, state: PolicyState, now: float
+) -> tuple[Decision, PolicyState]:
+    """One HPA round over the primary signal (``spec.type``) and ``spec.signals``; pure."""
+    current = state.replicas
+    signals = (POLICIES[spec.type](spec), *spec.signals)
+    values: dict[str, float] = {}
+    proposals: dict[str, int | None] = {}
+    notes: list[str] = []
+    calm = True  # every signal with data within the tolerance of its target
+    for signal in signals:
+        value = signal_value(window, signal.metric, current)
+        if value is None:
+            proposals[signal.metric] = None
+            continue
+        values[signal.metric] = value
+        proposals[signal.metric] = proposal(current, value, signal.target, spec.tolerance)
+        calm = calm and abs(value / signal.target - 1.0) <= spec.tolerance
+        notes.append(f"{signal.metric} {_fmt(value)} vs target {_fmt(signal.target)}")
+    combined, why = combine(proposals, current)
+    if combined is None:
+        held = bounds(current, spec)
+        reason = f"{why}; holding {current} replicas"
+        if held != current:
+            reason = f"{why}; {current} replicas outside [{spec.min_deployment_count}, "
+            reason += f"{spec.max_deployment_count}], moving to {held}"
+        return Decision(held, current, held != current, reason, values), state
+    stabilized, kept = stabilize(state.proposals, combined, current, now, spec.stabilization_window)
+    limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
+    desired = bounds(limited, spec)
+    steps = [why]
+    if stabilized != combined:
+        window_s = _fmt(spec.stabilization_window)
+        steps.append(f"scale-down held at {stabilized} by the {window_s} s stabilization window")
+    if limited != stabilized:
+        steps.append(f"rate limit allows {limited}")
+    if desired != limited:
+        steps.append(f"bounds [{spec.min_deployment_count}, {spec.max_deployment_count}] give {desired}")
+    if combined == current and desired == current and all(p == current for p in proposals.values()):
+        steps[0] = "within tolerance" if calm else "no change needed"
+    reason = "; ".join(notes) + f" ({'; '.join(steps)}): {current} -> {desired}"
+    horizon = max(spec.scale_up.period, spec.scale_down.period)
+    events = tuple((t, d) for t, d in state.events if t > now - horizon)
+    if desired != current:
+        events += ((now, desired - current),)
+    return Decision(desired, current, True, reason, values), PolicyState(desired, kept, events)

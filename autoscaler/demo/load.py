@@ -1,0 +1,165 @@
+"""A Poisson load of the thesis's Table 4.2 queries, streamed to Triton over gRPC with tritonclient.
+
+This module owns generating requests and recording what each one saw; it knows nothing of scaling.
+
+Table 4.2 (Cho, 2022):
+
+=====================  ======  =======
+option                 simple  complex
+=====================  ======  =======
+tokens in prompt       34      82
+generated, mean        30      62
+generated, min / max   10/34   15/64
+choices (``n``)        1       4
+=====================  ======  =======
+
+Each request asks for ``max_tokens`` drawn so that the min, mean and max match the table (the max
+with probability p, else uniform between min and max), with ``ignore_eos`` so that a model with
+random weights generates exactly that many. A request whose stream ends without its final response,
+or with a finish reason other than ``length``, was cut: :attr:`LoadRecord.complete` is False.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Final
+
+from triton_backend.cli.client import stream_generate
+
+
+@dataclass(frozen=True)
+class QueryType:
+    name: str
+    prompt_tokens: int
+    choices: int
+    min_tokens: int
+    mean_tokens: int
+    max_tokens: int
+
+    def draw_max_tokens(self, rng: random.Random) -> int:
+        """``max`` with probability p, else uniform in [min, max]: mean = p*max + (1-p)*(min+max)/2."""
+        middle = (self.min_tokens + self.max_tokens) / 2
+        p = (self.mean_tokens - middle) / (self.max_tokens - middle)
+        return self.max_tokens if rng.random() < p else rng.randint(self.min_tokens, self.max_tokens)
+
+
+SIMPLE: Final = QueryType("simple", prompt_tokens=34, choices=1, min_tokens=10, mean_tokens=30, max_tokens=34)
+COMPLEX: Final = QueryType("complex", prompt_tokens=82, choices=4, min_tokens=15, mean_tokens=62,
+                           max_tokens=64)  # fmt: skip
+
+# Common English words that GPT-2's tokenizer keeps as one token each (with the leading space).
+_WORDS: Final = (
+    "the of and to in is for on that with as was at by an be this from or are it not have but "
+    "they one all were we when there can had has more time if will about some out what up into so"
+).split()
+
+
+def prompt_of(tokens: int, rng: random.Random) -> str:
+    """About ``tokens`` GPT-2 tokens of plain words."""
+    return " ".join(rng.choice(_WORDS) for _ in range(tokens))
+
+
+@dataclass
+class LoadRecord:
+    """One request. Times are ``time.monotonic()`` seconds."""
+
+    kind: str
+    start: float
+    max_tokens: int
+    choices: int
+    end: float | None = None
+    complete: bool = False
+    finish_reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def per_token_ms(self) -> float | None:
+        """The thesis's per-token latency as the client sees it: request latency / tokens per choice."""
+        if self.end is None or not self.complete:
+            return None
+        return (self.end - self.start) / self.max_tokens * 1000.0
+
+
+class PoissonLoad:
+    """Arrivals at ``rate`` per second; a ``complex_fraction`` of them complex; at most ``max_in_flight``."""
+
+    def __init__(
+        self,
+        grpc_url: str,
+        rate: float,
+        complex_fraction: float = 0.5,
+        seed: int = 0,
+        max_in_flight: int = 32,
+        model: str = "gpt2",
+    ) -> None:
+        self.grpc_url = grpc_url
+        self.rate = rate
+        self.complex_fraction = complex_fraction
+        self.model = model
+        self.records: list[LoadRecord] = []
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._slots = threading.Semaphore(max_in_flight)
+        self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="load")
+        self._thread = threading.Thread(target=self._arrivals, name="poisson-load", daemon=True)
+
+    def start(self) -> PoissonLoad:
+        self._thread.start()
+        return self
+
+    def _arrivals(self) -> None:
+        while not self._stop.wait(self._rng.expovariate(self.rate)):
+            if not self._slots.acquire(blocking=False):
+                continue  # saturated: this arrival is dropped, as an open-loop client would time out
+            query = COMPLEX if self._rng.random() < self.complex_fraction else SIMPLE
+            record = LoadRecord(query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices)
+            prompt = prompt_of(query.prompt_tokens, self._rng)
+            with self._lock:
+                self.records.append(record)
+            self._pool.submit(self._send, record, prompt)
+
+    def send(self, query: QueryType, max_tokens: int | None = None) -> LoadRecord:
+        """One request outside the Poisson process, waited for (calibration, tests)."""
+        record = LoadRecord(query.name, time.monotonic(), max_tokens or query.max_tokens, query.choices)
+        with self._lock:
+            self.records.append(record)
+        self._slots.acquire()
+        self._send(record, prompt_of(query.prompt_tokens, self._rng))
+        return record
+
+    def _send(self, record: LoadRecord, prompt: str) -> None:
+        sampling = {"max_tokens": record.max_tokens, "n": record.choices, "ignore_eos": True, "seed": 0}
+        reasons: dict[int, str] = {}  # choice index -> its finish reason, once it has one
+        try:
+            for delta in stream_generate(self.grpc_url, prompt, sampling, self.model):
+                reasons.update((i, r) for i, r in enumerate(delta.finish_reasons) if r)
+            record.finish_reasons = [reasons[i] for i in sorted(reasons)]
+            record.complete = len(reasons) == record.choices and all(r == "length" for r in reasons.values())
+            if not record.complete:
+                record.error = f"stream ended with finish reasons {record.finish_reasons}"
+        except Exception as e:  # a failed stream is a result to report, not a crash of the load
+            record.error = f"{type(e).__name__}: {e}"
+        finally:
+            record.end = time.monotonic()
+            self._slots.release()
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return sum(1 for r in self.records if r.end is None)
+
+    def stop_arrivals(self) -> None:
+        """No new requests; those in flight go on."""
+        self._stop.set()
+
+    def join(self, timeout: float = 300.0) -> None:
+        """Stops arrivals and waits for every request in flight."""
+        self.stop_arrivals()
+        if self._thread.ident is not None:  # started
+            self._thread.join(timeout)
+        self._pool.shutdown(wait=True)

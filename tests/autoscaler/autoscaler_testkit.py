@@ -1,0 +1,286 @@
+"""Hand-written fakes for the autoscaler's tests: pods that count observations, ready-made windows."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from bisect import bisect_left
+from pathlib import Path
+
+import httpx
+import kmock
+import yaml
+from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import Histogram as PromHistogram
+
+from autoscaler.aggregate import Histogram, LatencyStats, PodSample, WindowStats
+
+# docs/metrics.md, "Histogram buckets (seconds)".
+LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
+TOKEN_BUCKETS = (
+    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
+    0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5,
+)  # fmt: skip
+BOUNDS = {
+    "request": LATENCY_BUCKETS, "ttft": LATENCY_BUCKETS, "pertoken": TOKEN_BUCKETS, "itl": TOKEN_BUCKETS,
+}  # fmt: skip
+
+
+class FakePod:
+    """Counts observations the way a Triton pod's histograms do; ``sample()`` is one scrape."""
+
+    def __init__(self) -> None:
+        self.counts = {name: [0.0] * (len(b) + 1) for name, b in BOUNDS.items()}
+        self.sums = dict.fromkeys(BOUNDS, 0.0)
+        self.gauges: dict[str, float] = {"running": 0.0, "waiting": 0.0, "kv_usage": 0.0}
+
+    def observe(self, name: str, seconds: float, n: int = 1) -> FakePod:
+        self.counts[name][bisect_left(BOUNDS[name], seconds)] += n
+        self.sums[name] += seconds * n
+        return self
+
+    def restart(self) -> FakePod:
+        """A restarted pod: every counter back to zero."""
+        self.__init__()  # type: ignore[misc]
+        return self
+
+    def sample(self) -> PodSample:
+        histograms = {}
+        for name, bounds in BOUNDS.items():
+            cumulative, acc = [], 0.0
+            for le, c in zip((*bounds, math.inf), self.counts[name], strict=True):
+                acc += c
+                cumulative.append((float(le), acc))
+            histograms[name] = Histogram(tuple(cumulative), self.sums[name], acc)
+        return PodSample(histograms=histograms, gauges=dict(self.gauges))
+
+
+def stats(ms: float, count: float = 10) -> LatencyStats:
+    s = ms / 1000.0
+    return LatencyStats(count=count, mean=s, p50=s, p90=s, p99=s)
+
+
+def window(
+    pertoken_ms: float | None = None,
+    request_ms: float | None = None,
+    *,
+    ttft_ms: float | None = None,
+    pods: int = 1,
+    running: float = 1,
+    waiting: float = 0,
+    kv_usage: float | None = None,
+    span: float = 60.0,
+) -> WindowStats:
+    """A window with the given means (None = nothing finished) and gauges."""
+    latencies = {}
+    for name, ms in (("pertoken", pertoken_ms), ("request", request_ms), ("ttft", ttft_ms)):
+        if ms is not None:
+            latencies[name] = stats(ms)
+    gauges = {"running": running, "waiting": waiting}
+    if kv_usage is not None:
+        gauges["kv_usage"] = kv_usage
+    return WindowStats(latencies=latencies, gauges=gauges, pods=pods, span=span)
+
+
+NO_DATA = WindowStats.empty()
+IDLE = WindowStats(latencies={}, gauges={"running": 0.0, "waiting": 0.0}, pods=1, span=60.0)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class FakeClock:
+    """The control loop's clock in tests: moves only when told."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> float:
+        self.now += seconds
+        return self.now
+
+
+class PodMetrics:
+    """A Triton pod's ``/metrics`` as a real HTTP server: docs/metrics.md's families, fed by the test.
+
+    Uses prometheus-client's own instruments and exposition, so what the autoscaler parses is the
+    format a real exporter writes. ``stop()``/``start()`` simulate the pod (or its port) going away.
+    """
+
+    def __init__(self, model: str = "gpt2", port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.registry = CollectorRegistry()
+        labels = ["model", "version"]
+        families = {
+            "request": ("nlg_request_latency_seconds", LATENCY_BUCKETS),
+            "ttft": ("nlg_time_to_first_token_seconds", LATENCY_BUCKETS),
+            "pertoken": ("nlg_time_per_output_token_seconds", TOKEN_BUCKETS),
+            "itl": ("nlg_inter_token_latency_seconds", TOKEN_BUCKETS),
+        }
+        reg = self.registry
+        self.histograms = {
+            short: PromHistogram(name, short, labels, buckets=bounds, registry=reg).labels(model, "1")
+            for short, (name, bounds) in families.items()
+        }
+        self.running = Gauge("nlg_requests_running", "running", labels, registry=reg).labels(model, "1")
+        self.waiting = Gauge("nlg_requests_waiting", "waiting", labels, registry=reg).labels(model, "1")
+        self.kv = Gauge("nlg_kv_cache_usage_ratio", "kv", labels, registry=reg).labels(model, "1")
+        self._server = None
+        self.start()
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def serve(self, pertoken_s: float, n: int = 10, request_s: float = 1.0) -> None:
+        """``n`` requests finished with this per-token latency."""
+        for _ in range(n):
+            self.histograms["pertoken"].observe(pertoken_s)
+            self.histograms["request"].observe(request_s)
+
+    def start(self) -> None:
+        self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
+class KubeEmulator:
+    """kmock's KubernetesEmulator on a loopback port, in its own thread and event loop.
+
+    The autoscaler uses the synchronous official client, so the emulator cannot share the test's
+    thread. ``client()`` gives an ApiClient pointed at it; ``objects`` is kmock's object store.
+    """
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kmock", daemon=True)
+        self.url = ""
+
+    def __enter__(self) -> KubeEmulator:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("kmock did not start in 10 s")
+        return self
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._main())
+        self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        async with kmock.KubernetesEmulator() as emulator, kmock.Server(emulator) as server:
+            self.emulator = emulator
+            self.url = str(server.url).rstrip("/")
+            self._ready.set()
+            await self._stop.wait()
+
+    def __exit__(self, *exc: object) -> None:
+        self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+
+    @property
+    def objects(self):
+        return self.emulator.objects
+
+    def client(self) -> k8s.ApiClient:
+        return k8s.ApiClient(k8s.Configuration(host=self.url))
+
+    def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
+        self.objects["apps/v1/deployments", namespace, name] = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
+            "spec": {"replicas": replicas},
+            "status": {"replicas": replicas},
+        }
+
+    def replicas(self, name: str, namespace: str = "default") -> int:
+        return int(self.objects["apps/v1/deployments", namespace, name]["spec"]["replicas"])
+
+    def set_replicas(self, name: str, replicas: int, namespace: str = "default") -> None:
+        """A person running ``kubectl scale``."""
+        self.objects["apps/v1/deployments", namespace, name].patch({"spec": {"replicas": replicas}})
+
+
+class PrometheusServer:
+    """The Debian ``prometheus`` binary on a loopback port, scraping ``targets`` every second."""
+
+    def __init__(self, targets: list[str], tmp: Path, scrape_interval: str = "1s") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": scrape_interval},
+            "scrape_configs": [{"job_name": "triton", "static_configs": [{"targets": targets}]}],
+        }
+        self._config = tmp / "prometheus.yml"
+        self._config.write_text(yaml.safe_dump(config))
+        self._data = tmp / "tsdb"
+        self._log = tmp / "prometheus.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> PrometheusServer:
+        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        with open(self._log, "wb") as log:
+            self.process = subprocess.Popen(
+                [binary, f"--config.file={self._config}", f"--storage.tsdb.path={self._data}",
+                 f"--web.listen-address=127.0.0.1:{self.port}"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        try:
+            wait_http(f"{self.url}/-/ready", 30, self.process)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def wait_for_samples(self, query: str, timeout: float = 30) -> None:
+        """Until ``query`` returns a non-empty vector (Prometheus has scraped enough)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            body = httpx.get(f"{self.url}/api/v1/query", params={"query": query}).json()
+            if body["data"]["result"]:
+                return
+            time.sleep(0.5)
+        log = self._log.read_text()[-2000:]
+        raise TimeoutError(f"prometheus has no samples for {query!r} after {timeout}s: {log}")
+
+
+def wait_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{process.args[0]} exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready in {timeout}s")

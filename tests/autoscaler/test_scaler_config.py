@@ -1,0 +1,196 @@
+"""The config contract: defaults shared with the docs and the chart, and every error at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.config import (
+    AutoscalerConfig,
+    ConfigError,
+    RateLimit,
+    ScalerSpec,
+    Signal,
+    load_config,
+    parse_config,
+    parse_registration,
+    parse_scaler,
+    to_dict,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def doc_example() -> dict:
+    text = (ROOT / "docs" / "autoscaler-config.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.S)
+    assert block, "docs/autoscaler-config.md lost its yaml example"
+    return yaml.safe_load(block.group(1))
+
+
+def test_the_documented_example_is_the_defaults_plus_one_signal():
+    parsed = parse_config(doc_example())
+    assert parsed.scaler.signals == (Signal("ttft_p99", 2000.0),)
+    without_signals = dataclasses.replace(parsed.scaler, signals=())
+    assert dataclasses.replace(parsed, scaler=without_signals) == AutoscalerConfig()
+
+
+def test_the_chart_policy_defaults_are_the_code_defaults():
+    values = yaml.safe_load((ROOT / "helm" / "nlg-serving" / "values.yaml").read_text())
+    assert parse_scaler(values["autoscaler"]["policy"]) == ScalerSpec()
+
+
+def test_empty_document_gives_defaults():
+    assert parse_config(None) == AutoscalerConfig()
+    assert parse_config({}) == AutoscalerConfig()
+
+
+def test_round_trip_through_plain_data():
+    config = parse_config(doc_example())
+    assert parse_config(yaml.safe_load(yaml.safe_dump(to_dict(config)))) == config
+
+
+def test_partial_rate_limit_keeps_the_other_defaults():
+    spec = parse_scaler({"scale_down": {"period": 30}})
+    assert spec.scale_down == RateLimit(max_pods=1, max_percent=100.0, period=30.0)
+
+
+def test_listing_6_1_body():
+    body = {
+        "instance_type": "g4dn.12xlarge",
+        "model_id": "gpt2",
+        "engine_type": "triton",
+        "scaler": {"min_deployment_count": 1, "max_deployment_count": 4, "type": "pertoken",
+                   "time_window": 60, "threshold": 25},
+    }  # fmt: skip
+    registration = parse_registration(body)
+    assert registration.model_id == "gpt2"
+    assert registration.target_name == "gpt2"
+    assert registration.scaler == ScalerSpec()
+
+
+BAD = [
+    ({"scaler": {"threshold": -1}}, "scaler.threshold = -1.0: must be greater than 0"),
+    ({"scaler": {"threshold": math.nan}}, "scaler.threshold = nan: must be a finite number"),
+    ({"scaler": {"threshold": math.inf}}, "scaler.threshold = inf: must be a finite number"),
+    ({"scaler": {"threshold": "25ms"}}, "scaler.threshold = '25ms': must be a finite number"),
+    ({"scaler": {"threshold": True}}, "scaler.threshold = True: must be a finite number"),
+    ({"scaler": {"type": "latency"}}, "scaler.type = 'latency': must be one of request, pertoken"),
+    ({"scaler": {"min_deployment_count": 1.5}}, "scaler.min_deployment_count = 1.5: must be an integer"),
+    ({"scaler": {"min_deployment_count": -1}}, "scaler.min_deployment_count = -1: must be >= 0"),
+    ({"scaler": {"min_deployment_count": 3, "max_deployment_count": 2}},
+     "scaler.max_deployment_count = 2: must be >= scaler.min_deployment_count (3)"),
+    ({"scaler": {"max_deployment_count": 0, "min_deployment_count": 0}},
+     "scaler.max_deployment_count = 0: must be >= 1"),
+    ({"scaler": {"tolerance": 1}}, "scaler.tolerance = 1.0: must be in [0, 1)"),
+    ({"scaler": {"stabilization_window": -5}}, "scaler.stabilization_window = -5.0: must be >= 0"),
+    ({"scaler": {"time_window": 0}}, "scaler.time_window = 0.0: must be greater than 0"),
+    ({"scaler": {"scale_up": {"period": 0}}}, "scaler.scale_up.period = 0.0: must be greater than 0"),
+    ({"scaler": {"scale_up": {"max_pods": -1}}}, "scaler.scale_up.max_pods = -1: must be >= 0"),
+    ({"scaler": {"scale_down": 3}}, "scaler.scale_down = 3: must be a mapping"),
+    ({"scaler": {"treshold": 25}}, "scaler.treshold: unknown key; did you mean 'threshold'?"),
+    ({"scaler": {"signals": {"metric": "kv_usage"}}},
+     "scaler.signals = {'metric': 'kv_usage'}: must be a list"),
+    ({"scaler": {"signals": [{"metric": "ttft_p95", "target": 1}]}},
+     "scaler.signals[0].metric = 'ttft_p95': must be one of"),
+    ({"scaler": {"signals": [{"metric": "kv_usage"}]}}, "scaler.signals[0].target: required"),
+    ({"scaler": {"signals": [{"metric": "kv_usage", "target": 80}]}},
+     "scaler.signals[0].target = 80.0: kv_usage is a ratio"),
+    ({"scaler": {"signals": [{"metric": "itl_p99", "target": 9}, {"metric": "itl_p99", "target": 8}]}},
+     "scaler.signals[1].metric = 'itl_p99': listed twice"),
+    ({"model_id": "gpt 2"}, "model_id = 'gpt 2': must be a Triton model name"),
+    ({"source": {"kind": "pull"}}, "source.kind = 'pull': must be one of direct, prometheus"),
+    ({"source": {"static_targets": "127.0.0.1:8002"}},
+     "source.static_targets = '127.0.0.1:8002': must be a list"),
+    ({"source": {"static_targets": ["localhost"]}},
+     "source.static_targets[0] = 'localhost': must be host:port"),
+    ({"source": {"prometheus_url": "prometheus:9090"}},
+     "source.prometheus_url = 'prometheus:9090': must be an"),
+    ({"source": {"timeout": 0}}, "source.timeout = 0.0: must be greater than 0"),
+    ({"source": {"service": "Triton"}}, "source.service = 'Triton': must be a Kubernetes name"),
+    ({"actuator": {"kind": "hpa"}}, "actuator.kind = 'hpa': must be one of kubernetes, triton, none"),
+    ({"actuator": {"triton_url": "127.0.0.1:8000"}}, "actuator.triton_url = '127.0.0.1:8000': must be an"),
+    ({"loop": {"interval": -1}}, "loop.interval = -1.0: must be greater than 0"),
+    ({"leader_election": {"enabled": "yes"}}, "leader_election.enabled = 'yes': must be true or false"),
+    ({"api": {"port": 70000}}, "api.port = 70000: must be a TCP port"),
+    ({"metrics": {"port": "9100"}}, "metrics.port = '9100': must be an integer"),
+    ({"extra": 1}, "extra: unknown key; known keys: model_id, scaler"),
+    ({"scaler": []}, "scaler = []: must be a mapping"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("data", "message"), BAD, ids=[m.split(" ")[0].rstrip(":") for _, m in BAD])
+def test_each_bad_value_is_named(data, message):
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    assert any(e.startswith(message) for e in caught.value.errors), caught.value.errors
+
+
+def test_every_problem_is_reported_at_once():
+    data = {
+        "scaler": {"threshold": 0, "type": "x", "max_deployment_count": "four", "min_deployment_count": 9},
+        "source": {"kind": "pull"},
+        "loop": {"interval": 0},
+        "typo": {},
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_config(data)
+    errors = caught.value.errors
+    assert len(errors) == 6, errors
+    # max_deployment_count had the wrong type: no second message comparing its stand-in to min.
+    assert not any("must be >= scaler.min_deployment_count" in e for e in errors)
+    assert "scaler.threshold = 0.0" in str(caught.value)
+
+
+def test_validate_on_a_spec_built_in_code():
+    assert ScalerSpec().validate() == []
+    assert ScalerSpec(threshold=0).validate("sim") == ["sim.threshold = 0: must be greater than 0"]
+
+
+def test_registration_errors():
+    with pytest.raises(ConfigError) as caught:
+        parse_registration({"scaler": {"threshold": -1}, "deployment": "Bad_Name"})
+    errors = caught.value.errors
+    assert errors[0].startswith("model_id: required")
+    assert any(e.startswith("scaler.threshold = -1.0") for e in errors)
+    assert any(e.startswith("deployment = 'Bad_Name'") for e in errors)
+    with pytest.raises(ConfigError, match="must be a JSON object"):
+        parse_registration([])  # type: ignore[arg-type]
+
+
+def test_load_config_reads_yaml(tmp_path):
+    path = tmp_path / "autoscaler.yaml"
+    path.write_text("model_id: gpt2\nscaler:\n  threshold: 30\n")
+    assert load_config(path).scaler.threshold == 30.0
+    path.write_text("")
+    assert load_config(path) == AutoscalerConfig()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "cannot read the config file"), ("scaler: [\n", "not valid YAML"),
+     ("- 1\n", "top level is list")],  # fmt: skip
+    ids=["missing", "malformed", "not-a-mapping"],
+)
+def test_load_config_errors_name_the_file(tmp_path, content, message):
+    path = tmp_path / "autoscaler.yaml"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.errors[0].startswith(str(path))
+    assert message in caught.value.errors[0]
+
+
+def test_lease_must_outlive_the_loop_interval():
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"leader_election": {"enabled": True, "lease_duration": 5}, "loop": {"interval": 5}})
+    assert caught.value.errors == [
+        "leader_election.lease_duration = 5.0: must be greater than loop.interval (5.0), "
+        "or the lease expires between renewals"
+    ]

@@ -1,0 +1,178 @@
+"""Against a real tritonserver (tiny preset, explicit model control): scrape, PromQL, in-place scaling.
+
+One server for the module (it takes tens of seconds to start on two cores); the tests run in file
+order and each leaves it with one instance of gpt2.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from autoscaler_testkit import PrometheusServer
+from prometheus_client import CollectorRegistry
+
+from autoscaler.actuate.triton import TritonInstanceScaler
+from autoscaler.collect.direct import DirectSource, StaticTargets
+from autoscaler.collect.promql import PrometheusSource
+from autoscaler.config import RateLimit, ScalerSpec
+from autoscaler.demo.load import SIMPLE, PoissonLoad, QueryType
+from autoscaler.loop import Controller
+from autoscaler.telemetry import Telemetry
+from triton_backend.launch import TritonServer
+
+pytestmark = pytest.mark.integration
+
+LONG = QueryType("long", prompt_tokens=34, choices=4, min_tokens=200, mean_tokens=200, max_tokens=200)
+# One choice, like the simple query: its per-token latency stays near idle, far under the threshold.
+LIGHT = QueryType("light", prompt_tokens=34, choices=1, min_tokens=200, mean_tokens=200, max_tokens=200)
+
+
+@pytest.fixture(scope="module")
+def triton():
+    extra = ["--model-control-mode=explicit", "--load-model=gpt2"]
+    with TritonServer(env={"NLG_PRESET": "tiny"}, extra_args=extra) as server:
+        yield server
+
+
+def metrics_target(server) -> str:
+    return server.metrics_url.removeprefix("http://").removesuffix("/metrics")
+
+
+def instances(server) -> int:
+    config = httpx.get(f"http://{server.http_url}/v2/models/gpt2/config").json()
+    return int(config["instance_group"][0]["count"])
+
+
+def test_direct_scrape_of_a_real_tritonserver(triton):
+    source = DirectSource(StaticTargets([metrics_target(triton)]), timeout=2.0, stale_after=30.0)
+    load = PoissonLoad(triton.grpc_url, rate=1.0)
+    try:
+        source.read(0.0, "gpt2", 60)
+        records = [load.send(SIMPLE, max_tokens=12) for _ in range(3)]
+        window = source.read(1.0, "gpt2", 60)
+    finally:
+        load.join()
+        source.close()
+    assert all(r.complete for r in records), [r.error for r in records]
+    assert window.pods == 1
+    pertoken = window.latency("pertoken")
+    assert pertoken.count == 3
+    assert 0 < pertoken.mean < max(r.per_token_ms for r in records) / 1000 * 2
+    assert window.latency("request").count == 3
+    assert window.latency("ttft").count == 3
+    assert window.latency("itl").count == 3 * 11  # gaps between 12 tokens, per request
+    # The model updates its gauges off the token path, so they may still show the last request.
+    assert set(window.gauges) == {"running", "waiting", "kv_usage"}
+
+
+def test_prometheus_scraping_a_real_tritonserver(triton, tmp_path):
+    with PrometheusServer([metrics_target(triton)], tmp_path) as prometheus:
+        prometheus.wait_for_samples('nlg_requests_running{model="gpt2"}')
+        load = PoissonLoad(triton.grpc_url, rate=1.0)
+        try:
+            records = [load.send(SIMPLE, max_tokens=12) for _ in range(3)]
+        finally:
+            load.join()
+        family = "nlg_time_per_output_token_seconds"
+        prometheus.wait_for_samples(f'increase({family}_count{{model="gpt2"}}[30s]) > 0')
+        source = PrometheusSource(prometheus.url, 2.0)
+        try:
+            window = source.read(time.time(), "gpt2", 30)
+        finally:
+            source.close()
+    assert all(r.complete for r in records)
+    assert window.pods == 1
+    assert window.latency("pertoken").count > 0
+    assert 0 < window.latency("pertoken").mean < 1.0
+    assert set(window.gauges) == {"running", "waiting", "kv_usage"}
+
+
+def stream_in_background(load: PoissonLoad, query: QueryType, count: int) -> list[threading.Thread]:
+    threads = [threading.Thread(target=load.send, args=(query,)) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def test_in_place_actuator_changes_the_instance_count_without_cutting_streams(triton):
+    scaler = TritonInstanceScaler(f"http://{triton.http_url}")
+    load = PoissonLoad(triton.grpc_url, rate=1.0)
+    try:
+        assert scaler.observe("gpt2").replicas == 1
+        assert scaler.scale("gpt2", 2, expected=1) == 2
+        assert instances(triton) == 2
+        assert scaler.scale("gpt2", 3, expected=1) == 2  # a stale decision writes nothing
+        threads = stream_in_background(load, LONG, 3)
+        while load.in_flight < 3:
+            time.sleep(0.01)
+        assert scaler.scale("gpt2", 1, expected=2) == 1  # scale in with three streams running
+        for thread in threads:
+            thread.join(120)
+        assert scaler.observe("gpt2").replicas == 1
+    finally:
+        load.join()
+        scaler.close()
+    assert instances(triton) == 1
+    assert [r.complete for r in load.records] == [True] * 3, [r.error for r in load.records]
+
+
+def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
+    window, interval, stabilization = 6.0, 1.0, 8.0
+    load = PoissonLoad(triton.grpc_url, rate=3.0, complex_fraction=0.5, seed=1)
+    idle = sorted(load.send(SIMPLE).per_token_ms or 0 for _ in range(3))[1]
+    spec = ScalerSpec(
+        threshold=max(2.5 * idle, 1.0), time_window=window, stabilization_window=stabilization,
+        min_deployment_count=1, max_deployment_count=2,
+        scale_up=RateLimit(1, 0, interval), scale_down=RateLimit(1, 0, interval),
+    )  # fmt: skip
+    source = DirectSource(StaticTargets([metrics_target(triton)]), timeout=2.0, stale_after=3 * interval)
+    actuator = TritonInstanceScaler(f"http://{triton.http_url}")
+    ctl = Controller(source, actuator, Telemetry(CollectorRegistry()), source_kind="direct")
+    ctl.set_config_target("gpt2", spec, "gpt2")
+    trickle_stop = threading.Event()
+
+    def trickle() -> None:  # one long, light stream after another: in flight when the scale-in comes
+        while not trickle_stop.is_set():
+            load.send(LIGHT)
+
+    def rounds_until(predicate, timeout: float) -> float:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            ctl.run_once()
+            if predicate():
+                return time.time()
+            time.sleep(interval)
+        raise AssertionError(f"timed out; last decisions: {ctl.view('gpt2')['decisions'][:5]}")
+
+    trickler = threading.Thread(target=trickle)
+    try:
+        ctl.run_once()
+        load_started = time.time()
+        load.start()
+        rounds_until(lambda: any(d["desired"] == 2 for d in ctl.view("gpt2")["decisions"]), 4 * window)
+        decided = min(d["time"] for d in ctl.view("gpt2")["decisions"] if d["desired"] == 2)
+        assert decided - load_started <= 2 * window, ctl.view("gpt2")["decisions"]
+        rounds_until(lambda: instances(triton) == 2, 60)
+        load.stop_arrivals()
+        load_stopped = time.time()
+        trickler.start()
+        scaled_in = rounds_until(lambda: instances(triton) == 1, 90)
+        assert scaled_in - load_stopped >= stabilization
+        reasons = [d["reason"] for d in ctl.view("gpt2")["decisions"]]
+        assert any("stabilization window" in r for r in reasons), reasons[:10]
+    finally:
+        trickle_stop.set()
+        if trickler.is_alive():
+            trickler.join(120)
+        load.join()
+        source.close()
+        actuator.close()
+    scale_in = min(d["time"] for d in ctl.view("gpt2")["decisions"] if d["direction"] == "down")
+    wall = time.time() - time.monotonic()  # LoadRecord times are monotonic; decisions are wall clock
+    spanning = [r for r in load.records if r.kind == "light" and r.end and r.start + wall < scale_in < r.end + wall]
+    assert spanning, "no stream was in flight during the scale-in"
+    cut = [r.error for r in load.records if not r.complete]
+    assert cut == [], cut

@@ -1,0 +1,783 @@
+"""Regenerate benchmarks/scaling_policies.md and benchmarks/figures/: the thesis's evaluation in the
+simulator, then the policies on the Azure LLM traces against the oracle.
+
+Run from the repository root (about 20-30 minutes on 2 cores; ``--quick`` for a smoke run):
+
+    python -m benchmarks.scaling_policies [--workers 2] [--quick]
+
+Every number in the report comes from this script; the prose around them (``SUMMARY``,
+``DISCUSSION_*`` and the section texts below) was written after reading the numbers. The numbers of
+the last run are kept in benchmarks/results/report_parts.json; ``--render-only`` re-renders the report
+from them (and from benchmarks/results/sim_to_real.json, written by ``python -m benchmarks.sim_to_real``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nlgsim import plots
+from nlgsim.capacity import saturation_rate
+from nlgsim.experiment import build_policy, parse_workload, planner_config, scaler_spec
+from nlgsim.oracle import OracleResult, oracle
+from nlgsim.profile import EngineProfile, load_profile
+from nlgsim.results import SLO, Summary, format_table, replicas_over_time, summarize
+from nlgsim.simulator import Scenario, simulate
+from nlgsim.sweep import pareto_front
+from nlgsim.workload import COMPLEX, SIMPLE, thesis_requests
+
+ROOT = Path(__file__).resolve().parent
+FIGURES = ROOT / "figures"
+PROFILES = ROOT / "profiles"
+TRACES = ROOT.parent.parent / "shared" / "traces"
+T4 = PROFILES / "t4-gpt2-xl-fp16-derived.json"
+CPU = PROFILES / "cpu-gpt2-fp32.json"
+SIM_TO_REAL = ROOT / "results" / "sim_to_real.json"
+PARTS = ROOT / "results" / "report_parts.json"
+
+THESIS = {"violations": 2.1, "gpu_saving": 0.17, "first_scale": 2.29}
+THESIS_THRESHOLDS = (20, 25, 30, 35)
+# Thesis ch. 7 ran on one node with 4 T4s: 1 to 4 replicas. Everything else is the project's default.
+THESIS_SPEC = {"min_deployment_count": 1, "max_deployment_count": 4}
+# The planner's recommended settings, and the base of the HPA sweep on the traces (same knobs for all).
+TRACE_SPEC = {
+    "min_deployment_count": 1,
+    "max_deployment_count": 64,
+    "stabilization_window": 120,
+    "time_window": 30,
+}
+WARMUP_S = 300.0
+RAMP_S = 200.0
+SENS_LOADS = (1.2, 1.6, 2.0, 2.56)
+
+
+@dataclass(frozen=True)
+class Job:
+    key: str
+    profile: str
+    workload: str
+    policy: str
+    spec: dict[str, Any]
+    slo: SLO
+    count: int = 2000
+    duration: float | None = None
+    seed: int = 0
+    ramp: float = 0.0
+    since: float = 0.0
+    initial: int | None = None
+    planner: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    job: Job
+    summary: Summary
+    times: list[float]
+    replicas: list[int]
+    wall_s: float
+
+
+def run_job(job: Job) -> Outcome:
+    t = time.perf_counter()
+    profile = load_profile(job.profile)
+    workload = parse_workload(
+        job.workload, profile, count=job.count, duration=job.duration, seed=job.seed, ramp=job.ramp
+    )
+    spec = scaler_spec({}, [f"{k}={v}" for k, v in job.spec.items()])
+    cfg = planner_config(profile, workload.requests, job.slo, 5.0, None, **job.planner)
+    policy, initial = build_policy(job.policy, spec, cfg)
+    scenario = Scenario(
+        profile, workload.requests, policy, initial_replicas=job.initial or initial, name=job.key
+    )
+    log = simulate(scenario)
+    times, billed = replicas_over_time(log, step=1.0)
+    summary = summarize(log, job.slo, job.key, since=job.since)
+    return Outcome(job, summary, [float(x) for x in times], [int(x) for x in billed], time.perf_counter() - t)
+
+
+def run_all(jobs: Sequence[Job], workers: int, log: Callable[[str], None]) -> dict[str, Outcome]:
+    out: dict[str, Outcome] = {}
+    if workers <= 1:
+        results = map(run_job, jobs)
+        for o in results:
+            out[o.job.key] = o
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            for o in pool.map(run_job, jobs):
+                out[o.job.key] = o
+    log(f"  {len(jobs)} runs, {sum(o.wall_s for o in out.values()):.0f} s of simulation")
+    return out
+
+
+# -- 1. the thesis's evaluation ------------------------------------------------------------------------
+
+
+def thesis_jobs(
+    profile: Path,
+    rate: float,
+    thresholds: Sequence[float],
+    slo: SLO,
+    seeds: Sequence[int],
+    spec: dict[str, Any],
+    count: int,
+    tag: str,
+    ramp: float = 0.0,
+) -> list[Job]:
+    policies = [f"request:{slo.request_s * 1000:g}", *(f"pertoken:{t:g}" for t in thresholds), "planner"]
+    return [
+        Job(f"{tag}|{p}|{s}", str(profile), f"complex:{rate:g}", p, spec, slo, count=count, seed=s, ramp=ramp)
+        for s in seeds
+        for p in policies
+    ]
+
+
+def mean_of(outcomes: list[Outcome], fn: Callable[[Summary], float]) -> float:
+    values = [fn(o.summary) for o in outcomes]
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(finite) if finite else math.nan
+
+
+def ratio_text(x: float) -> str:
+    return "-" if math.isnan(x) or math.isinf(x) else f"{x:.2f}"
+
+
+def thesis_table(results: dict[str, Outcome], tag: str, seeds: Sequence[int]) -> tuple[str, dict[str, Any]]:
+    names = sorted({k.split("|")[1] for k in results if k.startswith(tag + "|")}, key=_policy_order)
+    by = {n: [results[f"{tag}|{n}|{s}"] for s in seeds] for n in names}
+    base = next(n for n in names if n.startswith("request"))
+    rows, ratios = [], {}
+    for n in names:
+        o = by[n]
+        viol = mean_of(o, lambda s: s.violations["request"])
+        gpu = mean_of(o, lambda s: s.gpu_seconds)
+        first = mean_of(o, lambda s: s.first_scale_s)
+        bviol = mean_of(by[base], lambda s: s.violations["request"])
+        bgpu = mean_of(by[base], lambda s: s.gpu_seconds)
+        bfirst = mean_of(by[base], lambda s: s.first_scale_s)
+        r = {
+            "violations": bviol / viol if viol else math.inf,
+            "gpu_saving": 1 - gpu / bgpu,
+            "first_scale": bfirst / first if first else math.nan,
+        }
+        ratios[n] = r
+        rows.append(
+            {
+                "policy": n,
+                "violations (2 s)": f"{viol:.0f}",
+                "attainment %": f"{100 * mean_of(o, lambda s: s.attainment):.1f}",
+                "GPU-s": f"{gpu:.0f}",
+                "first scale-out s": "-" if math.isnan(first) else f"{first:.1f}",
+                "max pods": f"{mean_of(o, lambda s: s.max_replicas):.1f}",
+                "viol. ratio (base/this)": ratio_text(r["violations"]),
+                "GPU-s saved vs base": f"{100 * r['gpu_saving']:.1f}%",
+                "first-scale ratio": ratio_text(r["first_scale"]),
+            }
+        )
+    return format_table(rows), ratios
+
+
+def _policy_order(name: str) -> tuple[int, float]:
+    kind, _, arg = name.partition(":")
+    return ({"request": 0, "pertoken": 1, "planner": 2}.get(kind, 3), float(arg or 0))
+
+
+def thesis_figures(results: dict[str, Outcome], tag: str, title: str) -> list[str]:
+    seed0 = {k.split("|")[1]: o for k, o in results.items() if k.startswith(tag + "|") and k.endswith("|0")}
+    names = sorted(seed0, key=_policy_order)
+    summaries = [seed0[n].summary for n in names]
+    paths = [
+        plots.bars(
+            summaries,
+            "first_scale_s",
+            "seconds",
+            f"Fig. 7.1 first scaling time ({title})",
+            FIGURES / f"{tag}_fig7_1_first_scaling.png",
+        ),
+        plots.bars(
+            summaries,
+            "request",
+            "requests over 2 s",
+            f"Fig. 7.2 SLO violations ({title})",
+            FIGURES / f"{tag}_fig7_2_violations.png",
+        ),
+        plots.bars(
+            summaries,
+            "gpu_seconds",
+            "GPU-seconds",
+            f"Fig. 7.3 total resource usage ({title})",
+            FIGURES / f"{tag}_fig7_3_gpu_seconds.png",
+        ),
+    ]
+    paths.append(
+        _replicas_figure(
+            {n: seed0[n] for n in names},
+            FIGURES / f"{tag}_fig7_4_replicas.png",
+            f"Fig. 7.4 GPUs over time ({title})",
+        )
+    )
+    return [p.name for p in paths]
+
+
+def _replicas_figure(
+    outcomes: dict[str, Outcome], path: Path, title: str, orc: OracleResult | None = None
+) -> Path:
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(7.2, 3.8))
+    for name, o in outcomes.items():
+        ax.step(o.times, o.replicas, where="post", label=name, linewidth=1.3)
+    if orc is not None:
+        t = np.arange(len(orc.replicas) + 1) * orc.interval
+        ax.step(
+            t, [*orc.replicas, orc.replicas[-1]], where="post", linestyle="--", color="black", label="oracle"
+        )
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("replicas (GPUs)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# -- 2. traces -----------------------------------------------------------------------------------------
+
+
+def trace_jobs(
+    profile: Path,
+    trace: str,
+    slo: SLO,
+    duration: float | None,
+    initial: int,
+    thresholds: Sequence[float],
+    windows: Sequence[float],
+    planners: dict[str, dict[str, float]],
+    request_ms: Sequence[float],
+) -> list[Job]:
+    wl = f"trace:{TRACES / (trace + '.csv')}"
+    jobs = []
+    for name, over in planners.items():
+        jobs.append(
+            Job(
+                f"{trace}|{name}",
+                str(profile),
+                wl,
+                "planner",
+                TRACE_SPEC,
+                slo,
+                duration=duration,
+                since=WARMUP_S,
+                initial=initial,
+                planner=over,
+            )
+        )
+    for th in thresholds:
+        for w in windows:
+            spec = {**TRACE_SPEC, "time_window": w}
+            jobs.append(
+                Job(
+                    f"{trace}|pertoken:{th:g} w{w:g}",
+                    str(profile),
+                    wl,
+                    f"pertoken:{th:g}",
+                    spec,
+                    slo,
+                    duration=duration,
+                    since=WARMUP_S,
+                    initial=initial,
+                )
+            )
+    for ms in request_ms:
+        jobs.append(
+            Job(
+                f"{trace}|request:{ms:g} w30",
+                str(profile),
+                wl,
+                f"request:{ms:g}",
+                TRACE_SPEC,
+                slo,
+                duration=duration,
+                since=WARMUP_S,
+                initial=initial,
+            )
+        )
+    return jobs
+
+
+def trace_section(
+    results: dict[str, Outcome], trace: str, orc: OracleResult, tag: str
+) -> tuple[str, dict[str, Any]]:
+    ours = {k.split("|", 1)[1]: o for k, o in results.items() if k.startswith(trace + "|")}
+    bound = orc.gpu_seconds_since(WARMUP_S)
+    names = list(ours)
+    points = [(ours[n].summary.gpu_seconds, 1 - ours[n].summary.attainment) for n in names]
+    front = set(pareto_front(points))
+    rows = []
+    for i, n in enumerate(names):
+        s = ours[n].summary
+        rows.append(
+            {
+                "policy": n,
+                "front": "*" if i in front else "",
+                "attainment %": f"{100 * s.attainment:.2f}",
+                "TTFT viol": str(s.violations["ttft"]),
+                "per-token viol": str(s.violations["pertoken"]),
+                "GPU-s": f"{s.gpu_seconds:.0f}",
+                "x oracle": f"{s.gpu_seconds / bound:.2f}",
+                "max pods": str(s.max_replicas),
+                "TTFT p99 ms": f"{1000 * s.ttft_p99_s:.0f}",
+                "per-token p99 ms": f"{1000 * s.per_token_p99_s:.0f}",
+            }
+        )
+    planners = [n for n in names if n.startswith("planner")]
+    meeting = [n for n in planners if ours[n].summary.attainment >= 0.99]
+    best = min(meeting or planners, key=lambda n: ours[n].summary.gpu_seconds)
+    hpa_ok = [n for n in names if not n.startswith("planner") and ours[n].summary.attainment >= 0.99]
+    best_hpa = min(hpa_ok, key=lambda n: ours[n].summary.gpu_seconds) if hpa_ok else None
+    pts = [(n, ours[n].summary.gpu_seconds, 100 * (1 - ours[n].summary.attainment)) for n in names]
+    plots.tradeoff(
+        pts,
+        FIGURES / f"{tag}_{trace}_tradeoff.png",
+        f"{trace}: SLO misses against GPU-seconds",
+        front=[pts[i] for i in sorted(front)],
+        oracle_gpu=bound,
+        ylabel="requests missing the SLO (%)",
+    )
+    shown = {best: ours[best]}
+    if best_hpa:
+        shown[best_hpa] = ours[best_hpa]
+    _replicas_figure(shown, FIGURES / f"{tag}_{trace}_replicas.png", f"{trace}: replicas over time", orc)
+    info = {
+        "oracle_gpu_s": bound,
+        "best_planner": best,
+        "best_planner_attainment": ours[best].summary.attainment,
+        "best_planner_x_oracle": ours[best].summary.gpu_seconds / bound,
+        "best_hpa": best_hpa,
+        "best_hpa_x_oracle": ours[best_hpa].summary.gpu_seconds / bound if best_hpa else None,
+    }
+    return format_table(rows), info
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+# The traces: (name, SLO, per-token thresholds (ms) to sweep, request thresholds (ms)). The SLOs are
+# for GPT-2 on 2 CPU cores, where one sequence alone takes about 50 ms a token: TTFT within 5 s and a
+# per-token latency (the thesis's metric) within 200 ms, about reading speed.
+CPU_TRACE_SLO = SLO(ttft_s=5.0, per_token_s=0.2, attain=("ttft", "pertoken"))
+TRACE_SETUPS = [
+    ("azure2023_conv", CPU_TRACE_SLO, (100, 150, 200), (10_000,)),
+    ("azure2023_code", CPU_TRACE_SLO, (100, 150, 200), (5_000,)),
+]
+# The planner's per-token plan target (a fraction of the SLO) and headroom.
+PLANNER_VARIANTS = {
+    "planner (target 0.6 SLO)": {"per_token_target_s": 0.6 * CPU_TRACE_SLO.per_token_s},
+    "planner (target 0.8 SLO)": {"per_token_target_s": 0.8 * CPU_TRACE_SLO.per_token_s},
+    "planner (target 0.8 SLO, headroom 0.95)": {
+        "per_token_target_s": 0.8 * CPU_TRACE_SLO.per_token_s,
+        "headroom": 0.95,
+    },
+}
+
+
+SETUP = """\
+- **Replicas**: N pods behind a Service, routed **round-robin** over ready pods (kube-proxy's IPVS
+  mode; `--routing least-loaded` is the other choice). Each pod is one continuous-batching engine that
+  follows `triton_backend`'s engine step for step: FCFS admission while the KV cache has room for a
+  request's choices, then every step one decode of all running choices plus at most 256 prompt tokens
+  of prefill (chunked); everything a step produces is emitted when it ends. Step time comes from the
+  engine profile: decode(batch, mean context) + P(end) - P(start) per prefill chunk.
+- **Pods** are ready `startup_s` after creation and cost GPU-seconds from creation until gone (start-up
+  and draining counted). Scale-in deletes not-ready pods first, then the ready pod with the fewest
+  requests in flight; a deleted pod drains what it admitted.
+- **Autoscaler**: each ready pod is scraped every 5 s into the collector's `PodSample` (the four
+  latency histograms with the buckets of docs/metrics.md, and the running/waiting/KV gauges); every 5 s
+  (`loop.interval`) the real `WindowAggregator` takes the new samples and the policy decides; the
+  Deployment is scaled at once. Both HPA-style policies are `autoscaler.decide.decide` itself.
+- **Oracle**: the trace is cut into 30 s intervals; each gets the fewest replicas with which its
+  requests meet the SLO at 99% attainment, found by simulating that interval (after 60 s of warm-up
+  traffic on the same replicas) on fixed, instantly ready replicas. Its GPU-seconds are the sum of
+  replicas x interval: zero start-up, no draining, and each interval sized alone, so a policy that
+  must start pods ahead of time and keep them through a stabilization window pays more.
+- Deterministic: the same scenario and seed give the same run, bit for bit (tested)."""
+
+PROFILE_NOTES = """\
+`cpu-gpt2-fp32.json` is **measured** with `python -m nlgsim profile` on the real engine on this
+2-core machine (the lead's `triton_backend`, GPT-2 124M with random weights from a fixed seed, fp32;
+the minimum over repetitions, because other processes share the cores). `t4-gpt2-xl-fp16-derived.json`
+is **derived**, not measured: a roofline model of the same engine serving GPT2-XL in fp16 on a T4,
+the thesis's setting, with every assumption in `benchmarks/derive_profile.py` (effective 240 GB/s and
+20 TFLOP/s, 6 ms a step of launch overhead, 32 KV slots, 40 s start-up). It puts a lone sequence at
+about 19 ms a token, which is where the thesis's 20-35 ms thresholds sit. Saturation rates are one
+replica's throughput with an endless queue."""
+
+THESIS_SETUP = """\
+Protocol (thesis 7.1): complex queries (Table 4.2: 82 prompt tokens, 4 choices of 15-64 tokens, mean
+62) at a Poisson {rate:g} req/s, which is {rel:.2f}x the saturation rate of one derived-T4 replica
+({cap:.2f} req/s); 3,840 requests; one replica at the start, at most 4 (the thesis's 4 T4s); SLO 2,000 ms
+request latency. Policies: `request` at 2,000 ms (the baseline) and `pertoken` at 20/25/30/35 ms, both
+the live `autoscaler.decide.decide` with the project's defaults otherwise (60 s window, tolerance 0.1,
+300 s scale-down stabilization, up to 4 pods added per 15 s); and the project's planner. Five
+seeds of the arrival process; the figures show seed 0."""
+
+CPU_THESIS = """\
+The same protocol on the measured profile, with every latency of the thesis's setting multiplied by
+k = {k:.2f}, the CPU's decode step of one sequence over the derived T4's: the SLO is k x 2,000 ms,
+the per-token thresholds k x 20/25/30/35 ms, and the rate is the same multiple of one replica's
+saturation rate. Start-up is the measured one."""
+
+TRACE_SETUP = """\
+Traces: `../shared/traces/azure2023_{{conv,code}}.csv` (Azure LLM inference traces, 2023), the whole
+hour, on the **measured CPU profile**. GPT-2's context is 1,024 tokens, shorter than many of these
+prompts, so lengths are mapped by **scaling prompts by 1/8** (the ratio of GPT-2's window to the
+8,192 tokens the traces' prompts fit in: code's p99 prompt is 7,436 tokens), capping outputs at 512
+and then clipping the prompt to 1,024 - output (the mapping and the number of clipped rows are in each
+workload line). Each run starts with the oracle's replicas for the first interval and the first
+{warmup:.0f} s are a warm-up: attainment, GPU-seconds and the oracle count from then on. All policies
+share `min 1, max 64, stabilization 120 s`; the HPA runs sweep the per-token threshold and the window
+(30 or 60 s), the request policy runs at one threshold. The planner's settings: per-token plan target
+a fraction of the SLO, headroom, lead time = start-up + one loop (5 s), trend over 60 s, backlog drained
+over 20 s, tail guards at the SLO (p99 per-token and p99 TTFT)."""
+
+LIMITATIONS = """\
+- The T4 profile is derived, not measured; its absolute numbers are a model. The thesis's ratios
+  depend on its metric pipeline (KEDA, Prometheus), which is not modelled here: the simulator models
+  the project's autoscaler (direct scrapes every 5 s), not the thesis's.
+- The engine model takes step time from the profile as a function of batch and mean context; the
+  real runner's attention reads up to the longest context in the batch, and Python overheads vary.
+- Output lengths are known to the engine in a replay (`ignore_eos` with `max_tokens`), as the
+  simulator assumes; with real EOS the engine's admission would use its length predictions.
+- One replica is one GPU; multi-instance pods and GPU sharing are not modelled.
+- The planner's workload mix (mean prompt and output tokens) is configured from the trace, because the
+  autoscaler's `PodSample` carries no token counters; in production it would have to come from
+  `nlg_prompt_tokens_total` / `nlg_generation_tokens_total` rates."""
+
+SUMMARY = "(summary written after the numbers)"
+DISCUSSION_THESIS = """\
+**As the thesis describes its load** (10 req/s from the first second, 2.56x what one replica carries),
+every policy makes the same decision at the same moment: the first round whose window has data (10 s:
+one scrape is only a baseline). One replica is then so far over any of the thresholds that HPA's
+`ceil(current x value / target)` asks for the maximum, 4, whichever signal it reads; every violation
+comes from the 40 s the new pods take to start, and the runs are the same to within 2%. In this model
+the thesis's differences cannot come from the policies' arithmetic under a step load; they need a load
+that builds up.
+
+**With the same rate reached over 200 s**, the thesis's ordering appears, stronger than it reports
+for violations and first scaling: per-token at 20 ms scales out several times sooner than the request
+policy and misses the SLO an order of magnitude less often, and per-token at 25 ms lands on the thesis's
+2.1x. The reason is the one the thesis gives: a request's latency reaches the autoscaler only when the
+request ends, and crosses 2,000 ms only once requests already miss a 2,000 ms SLO, while per-token
+latency climbs with the batch long before. **The GPU-seconds claim is not reproduced**: per-token at
+20 ms costs more GPU-seconds than the baseline, not 17% less. Its threshold sits just above the
+engine's per-token floor (about 19 ms for one sequence on the derived T4), so any load keeps the ratio
+above the tolerance: it climbs to the maximum early and, with the default 300 s stabilization, never
+scales in during a 384 s run. Thresholds of 30-35 ms behave like the baseline. The sensitivity table
+shows the same at other loads: the earlier and the further the load is from one replica's capacity,
+the more the two policies differ, and per-token never uses fewer GPU-seconds than request at the same
+attainment here. The measured CPU profile, with every latency scaled by the CPU's slowness, tells the
+same story.
+
+The project's planner scales at the first round with any data under the ramp (it forecasts one pod
+start-up ahead from the demand trend) and has the fewest violations of all, for about as many
+GPU-seconds as per-token at 20 ms. Under the step load it cannot do better than the others: nothing can
+start a pod faster than its start-up time."""
+DISCUSSION_TRACES = "(written after the numbers: see below)"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+@dataclass
+class ThesisRun:
+    tag: str
+    title: str
+    table: str
+    ratios: dict[str, Any]
+    figures: list[str]
+
+
+def claims(ratios: dict[str, Any]) -> str:
+    r20 = ratios["pertoken:20"]
+    first = max(ratios[f"pertoken:{t}"]["first_scale"] for t in THESIS_THRESHOLDS)
+    rows = [
+        ("violations, request / per-token 20 ms", "2.1x", f"{ratio_text(r20['violations'])}x",
+         r20["violations"] >= THESIS["violations"]),
+        ("GPU-seconds saved by per-token 20 ms", "17%", f"{100 * r20['gpu_saving']:.1f}%",
+         r20["gpu_saving"] >= THESIS["gpu_saving"]),
+        ("first scaling, request / per-token (best of 20-35 ms)", "2.29x", f"{ratio_text(first)}x",
+         first >= THESIS["first_scale"]),
+    ]  # fmt: skip
+    return format_table(
+        [{"claim": c, "thesis": t, "here": h, "at least the thesis's": verdict(ok)} for c, t, h, ok in rows]
+    )
+
+
+def render(
+    t4: EngineProfile,
+    cpu: EngineProfile,
+    t4_rate: float,
+    t4_cap: float,
+    k: float,
+    thesis: list[ThesisRun],
+    cpu_runs: list[ThesisRun],
+    sens_rows: list[dict[str, str]],
+    traces: list[Any],
+    real: dict[str, Any] | None,
+    wall: float,
+    quick: bool,
+) -> str:
+    out = [
+        "# Scaling policies in simulation: the thesis reproduced, and a planner on real traces",
+        "",
+        f"Generated by `python -m benchmarks.scaling_policies` ({wall / 60:.0f} min on 2 CPU cores"
+        + (", **--quick run: fewer seeds, 900 s of each trace**" if quick else "")
+        + "). The simulator is `nlgsim` (docs/simulator.md); every run drives the live autoscaler's "
+        "`autoscaler.aggregate.WindowAggregator` and `autoscaler.decide.decide`, imported, on a fake clock.",
+        "",
+        SUMMARY,
+        "",
+        "## What is simulated",
+        "",
+        SETUP,
+        "",
+        "## Engine profiles",
+        "",
+        profile_rows({"profiles/" + T4.name: t4, "profiles/" + CPU.name: cpu}),
+        "",
+        PROFILE_NOTES,
+        "",
+        "## 1. The thesis's evaluation (ch. 7), reproduced",
+        "",
+        THESIS_SETUP.format(rate=t4_rate, rel=t4_rate / t4_cap, cap=t4_cap),
+        "",
+    ]
+    for run in thesis:
+        out += [
+            f"### {run.title}",
+            "",
+            "Mean over the seeds (first scale-out: seconds from the first request to the first decision "
+            "to add pods; ratios against `request:2000`):",
+            "",
+            run.table,
+            "",
+            claims(run.ratios),
+            "",
+            *(f"![{f}](figures/{f})" for f in run.figures),
+            "",
+        ]
+    out += [
+        "### Sensitivity to the load (seeds 0-1; request / per-token for violations and first scaling, "
+        "GPU-seconds saved by per-token)",
+        "",
+        format_table(sens_rows),
+        "",
+        "### The same on the measured CPU profile",
+        "",
+        CPU_THESIS.format(k=k),
+        "",
+    ]
+    for run in cpu_runs:
+        out += [f"#### {run.title}", "", run.table, "", claims(run.ratios), "",
+                *(f"![{f}](figures/{f})" for f in run.figures[-1:]), ""]  # fmt: skip
+    out += ["### What this says", "", DISCUSSION_THESIS, "", "## 2. The Azure LLM traces: HPA policies, the "
+            "project's planner and the oracle", "", TRACE_SETUP.format(warmup=WARMUP_S), ""]  # fmt: skip
+    for trace, desc, slo_desc, table, info in traces:
+        ok = info["best_planner_attainment"] >= 0.99 and info["best_planner_x_oracle"] <= 1.15
+        out += [
+            f"### {trace}",
+            "",
+            f"Workload: {desc}. SLO: {slo_desc}. Oracle (30 s intervals, 99% attainment in each): "
+            f"{info['oracle_gpu_s']:.0f} GPU-s after the warm-up.",
+            "",
+            table,
+            "",
+            f"Best planner variant: **{info['best_planner']}**, attainment "
+            f"{100 * info['best_planner_attainment']:.2f}%, {info['best_planner_x_oracle']:.2f}x the "
+            f"oracle's GPU-seconds; target (>= 99% and <= 1.15x): {verdict(ok)}. "
+            "Cheapest HPA configuration at >= 99%: "
+            + (f"{info['best_hpa']} at {info['best_hpa_x_oracle']:.2f}x." if info["best_hpa"] else "none.")
+            + " Starred rows are the Pareto front (GPU-seconds against SLO misses).",
+            "",
+            f"![tradeoff](figures/cpu_{trace}_tradeoff.png)",
+            f"![replicas](figures/cpu_{trace}_replicas.png)",
+            "",
+        ]
+    out += ["### What this says", "", DISCUSSION_TRACES, "", "## 3. Sim-to-real", ""]
+    out += [render_real(real), "", "## Limitations", "", LIMITATIONS, ""]
+    return "\n".join(out)
+
+
+def render_real(real: dict[str, Any] | None) -> str:
+    if real is None:
+        return "Not run: benchmarks/results/sim_to_real.json is missing (`python -m benchmarks.sim_to_real`)."
+    rows = [
+        {
+            "metric": m,
+            "real p50 ms": f"{1000 * v['real_p50']:.0f}",
+            "sim p50 ms": f"{1000 * v['sim_p50']:.0f}",
+            "p50 error": f"{100 * v['p50_error']:+.1f}%",
+            "real p90 ms": f"{1000 * v['real_p90']:.0f}",
+            "sim p90 ms": f"{1000 * v['sim_p90']:.0f}",
+        }
+        for m, v in real["metrics"].items()
+    ]
+    ok = all(abs(v["p50_error"]) <= 0.2 for v in real["metrics"].values())
+    figs = "\n".join(f"![{f}](figures/{f})" for f in real.get("figures", []))
+    return (
+        real["description"]
+        + "\n\n"
+        + format_table(rows)
+        + f"\n\nTarget (median error <= 20%): {verdict(ok)}.\n\n"
+        + figs
+        + "\n\n"
+        + real.get("notes", "")
+    )
+
+
+def profile_rows(profiles: dict[str, EngineProfile]) -> str:
+    rows = []
+    for path, p in profiles.items():
+        simple = saturation_rate(p, thesis_requests(SIMPLE, 1.0, 64, 0))
+        complex_ = saturation_rate(p, thesis_requests(COMPLEX, 1.0, 64, 0))
+        rows.append(
+            {
+                "profile": path,
+                "source": p.source,
+                "model": f"{p.preset} {p.dtype}",
+                "hardware": p.hardware,
+                "decode 1 / 16 / max batch (ctx 128) ms": " / ".join(
+                    f"{1000 * p.decode_step_s(b, 128):.0f}" for b in (1, 16, p.max_batch)
+                ),
+                "prefill 128 tok ms": f"{1000 * p.prefill_time_s(128):.0f}",
+                "max batch": str(p.max_batch),
+                "start-up s": f"{p.startup_s:.0f}",
+                "saturation simple / complex req/s": f"{simple:.2f} / {complex_:.2f}",
+            }
+        )
+    return format_table(rows)
+
+
+def write_report(out: Path) -> None:
+    """Render the report from the numbers saved by the last full run (and the sim-to-real result)."""
+    p = json.loads(PARTS.read_text())
+    real = json.loads(SIM_TO_REAL.read_text()) if SIM_TO_REAL.exists() else None
+    text = render(
+        load_profile(T4), load_profile(CPU), p["t4_rate"], p["t4_cap"], p["k"],
+        [ThesisRun(**r) for r in p["thesis"]], [ThesisRun(**r) for r in p["cpu_runs"]], p["sens_rows"],
+        [tuple(t) for t in p["traces"]], real, p["wall"], p["quick"],
+    )  # fmt: skip
+    out.write_text(text)
+    print(f"wrote {out}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="fewer seeds, shorter traces: a smoke run")
+    parser.add_argument(
+        "--render-only", action="store_true", help="re-render the report from the saved numbers"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "scaling_policies.md")
+    args = parser.parse_args()
+    if args.render_only:
+        write_report(args.out)
+        return
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    say = print
+    seeds = (0, 1) if args.quick else (0, 1, 2, 3, 4)
+    t4, cpu = load_profile(T4), load_profile(CPU)
+    facts: dict[str, Any] = {}
+
+    say("1. thesis reproduction")
+    t4_rate = 10.0
+    t4_cap = saturation_rate(t4, thesis_requests(COMPLEX, 1.0, 64, 0))
+    slo = SLO(request_s=2.0)
+    protocols = {"": 0.0, "ramp": RAMP_S}
+    jobs = []
+    for name, ramp in protocols.items():
+        jobs += thesis_jobs(T4, t4_rate, THESIS_THRESHOLDS, slo, seeds, THESIS_SPEC, 3840, f"t4{name}", ramp)
+    for rel in SENS_LOADS:
+        for name, ramp in protocols.items():
+            jobs += thesis_jobs(
+                T4, rel * t4_cap, (20, 25), slo, seeds[:2], THESIS_SPEC, 3840, f"sens{name}-{rel}", ramp
+            )
+    # The measured CPU profile, every latency of the thesis's setting scaled by the CPU's slowness.
+    k = cpu.decode_step_s(1, 116) / t4.decode_step_s(1, 116)
+    cpu_cap = saturation_rate(cpu, thesis_requests(COMPLEX, 1.0, 64, 0))
+    cpu_rate = (t4_rate / t4_cap) * cpu_cap
+    for name, ramp in protocols.items():
+        jobs += thesis_jobs(CPU, cpu_rate, [t * k for t in THESIS_THRESHOLDS], SLO(request_s=2.0 * k), seeds,
+                            THESIS_SPEC, 3840, f"cpu{name}", ramp)  # fmt: skip
+    results = run_all(jobs, args.workers, say)
+    thesis, cpu_runs = [], []
+    for name, ramp in protocols.items():
+        how = (
+            "as described: 10 req/s from the first second"
+            if not ramp
+            else f"rising to 10 req/s over {ramp:g} s"
+        )
+        table, ratios = thesis_table(results, f"t4{name}", seeds)
+        figs = thesis_figures(results, f"t4{name}", f"T4 derived, {'step' if not ramp else 'ramp'}")
+        thesis.append(ThesisRun(f"t4{name}", f"Load {how}", table, ratios, figs))
+        ctable, cratios = thesis_table(results, f"cpu{name}", seeds)
+        cfigs = thesis_figures(results, f"cpu{name}", f"CPU measured, {'step' if not ramp else 'ramp'}")
+        cpu_runs.append(ThesisRun(f"cpu{name}", f"Load {how.replace('10 req/s', f'{cpu_rate:.2f} req/s')}",
+                                  ctable, cratios, cfigs))  # fmt: skip
+        facts[f"t4{name}"], facts[f"cpu{name}"] = ratios, cratios
+    sens_rows = []
+    for rel in SENS_LOADS:
+        row = {"load (x one replica)": f"{rel:g}"}
+        for name in protocols:
+            _, r = thesis_table(results, f"sens{name}-{rel}", seeds[:2])
+            for n in ("pertoken:20", "pertoken:25"):
+                row[f"{name or 'step'} {n}: viol / GPU saved / first"] = (
+                    f"{ratio_text(r[n]['violations'])} / {100 * r[n]['gpu_saving']:.0f}% / "
+                    f"{ratio_text(r[n]['first_scale'])}"
+                )
+        sens_rows.append(row)
+
+    say("2. Azure traces on the measured CPU profile")
+    trace_md = []
+    duration = 900.0 if args.quick else None
+    for trace, slo_t, thresholds, request_ms in TRACE_SETUPS:
+        wl = parse_workload(f"trace:{TRACES / (trace + '.csv')}", cpu, duration=duration)
+        orc = oracle(cpu, wl.requests, slo_t, interval=30.0)
+        say(f"  {trace}: oracle {orc.gpu_seconds_since(WARMUP_S):.0f} GPU-s")
+        tj = trace_jobs(
+            CPU, trace, slo_t, duration, orc.replicas[0], thresholds, (30, 60), PLANNER_VARIANTS, request_ms
+        )
+        tr = run_all(tj, args.workers, say)
+        table, info = trace_section(tr, trace, orc, "cpu")
+        info["workload"] = wl.description
+        info["slo"] = slo_t.describe()
+        facts[trace] = info
+        trace_md.append((trace, wl.description, slo_t.describe(), table, info))
+
+    wall = time.perf_counter() - started
+    parts = {
+        "t4_rate": t4_rate, "t4_cap": t4_cap, "k": k, "thesis": [asdict(r) for r in thesis],
+        "cpu_runs": [asdict(r) for r in cpu_runs], "sens_rows": sens_rows, "traces": trace_md,
+        "wall": wall, "quick": args.quick,
+    }  # fmt: skip
+    (ROOT / "results").mkdir(exist_ok=True)
+    PARTS.write_text(json.dumps(parts, indent=1, default=str) + "\n")
+    write_report(args.out)
+    (ROOT / "results" / "scaling_policies.json").write_text(json.dumps(facts, indent=2, default=str) + "\n")
+    say(f"wrote {args.out} in {wall:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,138 @@
+"""Sim-to-real check: replay a short trace against a real local Triton (CPU) and against the simulator.
+
+1. Take a window of the Azure conversation trace, lengths mapped as the report maps them (prompt x 1/8)
+   with outputs capped at ``--max-output`` so the replay stays short, and replayed ``--speed`` times
+   faster or slower so that its rate is ``--load`` times one replica's saturation rate (from the profile).
+2. Start tritonserver with model_repository/gpt2 (the ``gpt2`` preset, fp32, CPU: the profile's
+   engine) via ``triton_backend.launch.TritonServer`` on free loopback ports, replay the requests with
+   ``nlgsim.replay`` and time them on the client.
+3. Simulate the same requests on one replica with the same profile.
+4. Compare the distributions of TTFT and per-token latency (median and p90), write
+   ``benchmarks/results/sim_to_real.json`` and CDF figures.
+
+Run from the repository root: ``python -m benchmarks.sim_to_real`` (about 3-5 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from nlgsim import plots
+from nlgsim.capacity import saturation_rate
+from nlgsim.profile import load_profile
+from nlgsim.replay import replay
+from nlgsim.results import request_table
+from nlgsim.simulator import Scenario, simulate
+from nlgsim.workload import LengthMap, load_trace
+
+ROOT = Path(__file__).resolve().parent
+TRACES = ROOT.parent.parent / "shared" / "traces"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--profile", type=Path, default=ROOT / "profiles" / "cpu-gpt2-fp32.json")
+    parser.add_argument("--trace", type=Path, default=TRACES / "azure2023_conv.csv")
+    parser.add_argument("--start", type=float, default=600.0, help="seconds into the trace")
+    parser.add_argument("--requests", type=int, default=60)
+    parser.add_argument("--max-output", type=int, default=64)
+    parser.add_argument(
+        "--load", type=float, default=0.6, help="rate as a fraction of one replica's saturation"
+    )
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "sim_to_real.json")
+    args = parser.parse_args()
+    from triton_backend.launch import TritonServer
+
+    profile = load_profile(args.profile)
+    lengths = replace(LengthMap.parse("scale:0.125"), max_output=args.max_output)
+    trace = load_trace(args.trace, lengths, start=args.start)
+    window = trace.requests[: args.requests]
+    t0 = window[0].arrival
+    window = [replace(r, id=i, arrival=r.arrival - t0) for i, r in enumerate(window)]
+    capacity = saturation_rate(profile, window)
+    natural = len(window) / max(window[-1].arrival, 1e-9)
+    speed = args.load * capacity / natural
+    reqs = [replace(r, arrival=r.arrival / speed) for r in window]
+    print(
+        f"{len(reqs)} requests over {reqs[-1].arrival:.0f} s "
+        f"({args.load:g}x the saturation rate {capacity:.2f}/s)"
+    )
+
+    env = {
+        "NLG_PRESET": profile.preset,
+        "NLG_DTYPE": profile.dtype,
+        "NLG_PREFILL_CHUNK_TOKENS": str(profile.prefill_chunk_tokens),
+        "NLG_MAX_NUM_SEQS": str(profile.max_batch),
+    }
+    t = time.perf_counter()
+    with TritonServer(env=env) as server:
+        startup = time.perf_counter() - t
+        replay(server.grpc_url, reqs[:2])  # warm-up: first calls of each shape are slow
+        time.sleep(2.0)
+        measured = replay(server.grpc_url, reqs)
+    mismatched = [m.request.id for m in measured if m.input_tokens != m.request.prompt_tokens]
+    real_ttft = np.array([m.ttft for m in measured])
+    real_tok = np.array([m.per_token for m in measured])
+
+    log = simulate(Scenario(profile, reqs, None, initial_replicas=1))
+    table = request_table(log)
+    metrics = {}
+    for name, real, sim in (
+        ("TTFT", real_ttft, table.ttft),
+        ("per-token latency", real_tok, table.per_token),
+    ):
+        metrics[name] = {
+            "real_p50": float(np.median(real)),
+            "sim_p50": float(np.median(sim)),
+            "p50_error": float(np.median(sim) / np.median(real) - 1),
+            "real_p90": float(np.percentile(real, 90)),
+            "sim_p90": float(np.percentile(sim, 90)),
+        }
+    figs = []
+    for name, real, sim, fname in (
+        ("TTFT (s)", real_ttft, table.ttft, "sim_to_real_ttft.png"),
+        ("per-token latency (s)", real_tok, table.per_token, "sim_to_real_per_token.png"),
+    ):
+        plots.distributions(
+            {"real Triton": list(real), "simulator": list(sim)},
+            ROOT / "figures" / fname,
+            f"Sim-to-real: {name}",
+            name,
+        )
+        figs.append(fname)
+    result = {
+        "description": (
+            f"{len(reqs)} requests of azure2023_conv from {args.start:g} s (prompt x 1/8, outputs capped at "
+            f"{args.max_output}), replayed at {args.load:g}x one replica's saturation rate "
+            f"({capacity:.2f} req/s, from the profile) against one real tritonserver ({profile.preset} "
+            f"{profile.dtype} on this machine's CPU, ready {startup:.0f} s after start) and against the "
+            f"simulator with profiles/{args.profile.name}. "
+            "Real times are taken on the client (gRPC streaming): TTFT at the first response with text, "
+            "per-token latency as the final response's latency over the tokens generated."
+        ),
+        "metrics": metrics,
+        "figures": figs,
+        "prompt_token_mismatches": mismatched,
+        "load_average": list(__import__("os").getloadavg()),
+        "notes": "",
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    for name, v in metrics.items():
+        print(
+            f"{name}: real p50 {v['real_p50'] * 1000:.0f} ms, sim p50 {v['sim_p50'] * 1000:.0f} ms "
+            f"({100 * v['p50_error']:+.1f}%); p90 {v['real_p90'] * 1000:.0f} / {v['sim_p90'] * 1000:.0f} ms"
+        )
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

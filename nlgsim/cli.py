@@ -1,0 +1,332 @@
+"""``python -m nlgsim``: what-if runs of scaling policies on a workload, sweeps, profiles.
+
+  python -m nlgsim run --profile P.json --workload trace:my.csv --config autoscaler.yaml \\
+      --policy pertoken:25 --policy pertoken:35 --policy planner --oracle --out results/
+  python -m nlgsim sweep --profile P.json --workload trace:my.csv --thresholds 20,25,30 --windows 30,60
+  python -m nlgsim capacity --profile P.json --workload complex:1
+  python -m nlgsim profile --preset gpt2 --out my-profile.json
+
+See docs/simulator.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tqdm import tqdm
+
+from autoscaler.config import ConfigError, ScalerSpec, parse_config, to_dict
+from nlgsim.experiment import Workload, build_policy, parse_workload, planner_config, scaler_spec
+from nlgsim.profile import EngineProfile, load_profile
+from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
+from nlgsim.simulator import RunLog, Scenario, simulate
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", required=True, help="engine profile JSON (benchmarks/profiles/*.json)")
+    p.add_argument(
+        "--workload", required=True, help="simple:RATE, complex:RATE (req/s, or like 2.4x), trace:PATH"
+    )
+    p.add_argument("--count", type=int, default=2000, help="requests of a Table 4.2 workload (default 2000)")
+    p.add_argument("--duration", type=float, help="seconds of workload (trace: a window of it)")
+    p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
+    p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
+    p.add_argument("--lengths", default="scale:0.125", help="trace lengths into the context: clip | scale:F")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--ramp", type=float, default=0.0, help="Table 4.2 workloads: rise to RATE over this many s"
+    )
+    p.add_argument(
+        "--config", help="autoscaler YAML (docs/autoscaler-config.md); its scaler and loop are used"
+    )
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a scaler key")
+    p.add_argument(
+        "--loop-interval", type=float, help="s between autoscaler rounds (default: config's loop.interval)"
+    )
+    p.add_argument(
+        "--scrape-interval", type=float, help="s between metric scrapes (default: the loop interval)"
+    )
+    p.add_argument("--startup", type=float, help="pod start-up delay in s (default: the profile's)")
+    p.add_argument("--routing", default="round-robin", choices=("round-robin", "least-loaded"))
+    p.add_argument("--slo-request-ms", type=float, default=2000.0)
+    p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
+    p.add_argument("--slo-pertoken-ms", type=float, default=50.0)
+    p.add_argument(
+        "--attain",
+        default="request",
+        help=f"SLOs attainment requires, comma-separated: {','.join(SLO_NAMES)}",
+    )
+    p.add_argument("--out", type=Path, help="folder for summary.json and PNG figures")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m nlgsim", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="replay a workload under one or more policies")
+    _common(run)
+    run.add_argument(
+        "--policy", action="append", help="request:MS, pertoken:MS, planner, fixed:N (repeatable)"
+    )
+    run.add_argument(
+        "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"
+    )
+    run.add_argument("--oracle-interval", type=float, default=30.0)
+    run.add_argument(
+        "--target", type=float, default=0.99, help="attainment target of the oracle (default 0.99)"
+    )
+    sw = sub.add_parser("sweep", help="grid of thresholds and windows; prints the Pareto front")
+    _common(sw)
+    sw.add_argument("--types", default="pertoken", help="comma-separated: request,pertoken")
+    sw.add_argument("--thresholds", default="15,20,25,30,35,40,50", help="per-token thresholds, ms")
+    sw.add_argument("--request-thresholds", default="1000,1500,2000,3000", help="request thresholds, ms")
+    sw.add_argument("--windows", default="15,30,60,120", help="time windows, s")
+    sw.add_argument("--workers", type=int, default=1)
+    cap = sub.add_parser("capacity", help="one replica's saturation rate for a workload")
+    cap.add_argument("--profile", required=True)
+    cap.add_argument("--workload", required=True)
+    cap.add_argument("--lengths", default="scale:0.125")
+    prof = sub.add_parser("profile", help="measure an engine profile on the real engine (minutes)")
+    prof.add_argument("--preset", default="gpt2")
+    prof.add_argument("--dtype", default="float32")
+    prof.add_argument("--device", default="cpu")
+    prof.add_argument("--max-num-seqs", type=int, default=64)
+    prof.add_argument("--prefill-chunk-tokens", type=int, default=256)
+    prof.add_argument("--reps", type=int, default=3)
+    prof.add_argument("--startup", type=float, help="skip measuring start-up and use this (s)")
+    prof.add_argument("--out", type=Path, required=True)
+    return parser
+
+
+def _slo(args: argparse.Namespace) -> SLO:
+    return SLO(
+        request_s=args.slo_request_ms / 1000,
+        ttft_s=args.slo_ttft_ms / 1000,
+        per_token_s=args.slo_pertoken_ms / 1000,
+        attain=tuple(a.strip() for a in args.attain.split(",") if a.strip()),
+    )
+
+
+def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpec, float, float, SLO]:
+    profile = load_profile(args.profile)
+    config: dict[str, Any] = {}
+    if args.config:
+        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    spec = scaler_spec(config, args.set)
+    loop = args.loop_interval
+    if loop is None:
+        loop = parse_config(config).loop.interval if "loop" in config else 5.0
+    scrape = args.scrape_interval or loop
+    workload = parse_workload(
+        args.workload,
+        profile,
+        count=args.count,
+        duration=args.duration,
+        seed=args.seed,
+        start=args.start,
+        speed=args.speed,
+        lengths=args.lengths,
+        ramp=args.ramp,
+    )
+    return profile, workload, spec, loop, scrape, _slo(args)
+
+
+def _bar(desc: str) -> tqdm[Any]:
+    return tqdm(
+        total=1000,
+        desc=desc,
+        unit="‰",
+        leave=False,
+        file=sys.stderr,
+        bar_format="{desc}: {percentage:3.0f}%|{bar}|",
+    )
+
+
+def _run_one(scenario: Scenario, desc: str) -> RunLog:
+    with _bar(desc) as bar:
+
+        def tick(fraction: float) -> None:
+            bar.n = int(fraction * 1000)
+            bar.refresh()
+
+        return simulate(scenario, tick)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from nlgsim import plots
+    from nlgsim.oracle import oracle
+
+    profile, workload, spec, loop, scrape, slo = _setup(args)
+    print(f"workload: {workload.description}")
+    print(f"profile: {profile.preset} {profile.dtype} on {profile.hardware} ({profile.source})")
+    print(
+        f"SLO attainment counts: {slo.describe()}; routing {args.routing}; "
+        f"loop {loop:g} s, scrape {scrape:g} s"
+    )
+    planner = planner_config(profile, workload.requests, slo, loop, args.startup)
+    logs: dict[str, RunLog] = {}
+    summaries: list[Summary] = []
+    for text in args.policy or [f"{spec.type}:{spec.threshold:g}"]:
+        policy, initial = build_policy(text, spec, planner)
+        scenario = Scenario(
+            profile,
+            workload.requests,
+            policy,
+            initial_replicas=initial,
+            loop_interval=loop,
+            scrape_interval=scrape,
+            startup_s=args.startup,
+            routing=args.routing,
+            name=text,
+        )
+        logs[text] = _run_one(scenario, text)
+        summaries.append(summarize(logs[text], slo, text))
+    rows = [s.row() for s in summaries]
+    bound = None
+    if args.oracle:
+        with _bar("oracle") as bar:
+            bound = oracle(
+                profile,
+                workload.requests,
+                slo,
+                target=args.target,
+                interval=args.oracle_interval,
+                routing=args.routing,
+                progress=lambda f: bar.update(int(f * 1000) - bar.n),
+            )
+        for row, s in zip(rows, summaries, strict=True):
+            row["GPU-s / oracle"] = f"{s.gpu_seconds / bound.gpu_seconds:.2f}"
+        print(
+            f"oracle ({args.oracle_interval:g} s intervals, {args.target:.0%} attainment): "
+            f"{bound.gpu_seconds:.0f} GPU-s"
+        )
+    print(format_table(rows))
+    if args.out:
+        out: Path = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        data = {
+            "workload": workload.description,
+            "profile": args.profile,
+            "slo": asdict(slo),
+            "scaler": to_dict(spec),
+            "oracle_gpu_seconds": bound.gpu_seconds if bound else None,
+            "runs": [asdict(s) for s in summaries],
+        }
+        (out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+        plots.replicas(logs, out / "replicas.png", f"Replicas over time: {workload.name}", bound)
+        plots.latency(logs, out / "latency.png", f"Latency over time: {workload.name}", slo)
+        plots.tradeoff(
+            [(s.name, s.gpu_seconds, s.violations["request"]) for s in summaries],
+            out / "tradeoff.png",
+            f"Violations against GPU-seconds: {workload.name}",
+            oracle_gpu=bound.gpu_seconds if bound else None,
+        )
+        print(f"wrote {out}/summary.json, replicas.png, latency.png, tradeoff.png")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from nlgsim import plots
+    from nlgsim.sweep import grid, pareto_front, sweep
+
+    profile, workload, spec, loop, scrape, slo = _setup(args)
+    print(f"workload: {workload.description}")
+    types = [t.strip() for t in args.types.split(",") if t.strip()]
+    thresholds = {
+        "pertoken": [float(x) for x in args.thresholds.split(",")],
+        "request": [float(x) for x in args.request_thresholds.split(",")],
+    }
+    specs = grid(spec, types, thresholds, [float(w) for w in args.windows.split(",")])
+    base = Scenario(
+        profile,
+        workload.requests,
+        None,
+        initial_replicas=max(spec.min_deployment_count, 1),
+        loop_interval=loop,
+        scrape_interval=scrape,
+        startup_s=args.startup,
+        routing=args.routing,
+    )
+    with tqdm(total=len(specs), desc="sweep", file=sys.stderr, leave=False) as bar:
+        points = sweep(base, specs, slo, workers=args.workers, progress=bar.update)
+    front = pareto_front([(p.summary.gpu_seconds, p.missed) for p in points])
+    rows = []
+    for i, p in enumerate(points):
+        row = {"config": p.label, "front": "*" if i in front else ""}
+        row.update({k: v for k, v in p.summary.row().items() if k != "policy"})
+        rows.append(row)
+    print(format_table(rows))
+    print(f"\nPareto front (GPU-seconds against SLO misses: {slo.describe()}):")
+    print(
+        format_table(
+            [
+                {
+                    "config": points[i].label,
+                    **{k: v for k, v in points[i].summary.row().items() if k in ("attain %", "GPU-s")},
+                }
+                for i in front
+            ]
+        )
+    )
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        pts = [(p.label, p.summary.gpu_seconds, 100 * p.missed) for p in points]
+        plots.tradeoff(
+            pts,
+            args.out / "sweep.png",
+            f"Sweep: {workload.name}",
+            front=[pts[i] for i in front],
+            ylabel="requests missing the SLO (%)",
+        )
+        print(f"wrote {args.out}/sweep.png")
+    return 0
+
+
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from nlgsim.capacity import saturation_rate
+
+    profile = load_profile(args.profile)
+    workload = parse_workload(args.workload, profile, count=400, lengths=args.lengths)
+    rate = saturation_rate(profile, workload.requests[:400])
+    print(
+        f"one replica ({profile.preset} on {profile.hardware}): "
+        f"{rate:.3f} req/s of {workload.name} at saturation"
+    )
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from nlgsim.profiler import measure
+
+    profile = measure(
+        args.preset,
+        args.dtype,
+        args.device,
+        args.max_num_seqs,
+        args.prefill_chunk_tokens,
+        reps=args.reps,
+        startup_s=args.startup,
+        log=lambda m: print(m, file=sys.stderr),
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    profile.save(args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    commands = {"run": cmd_run, "sweep": cmd_sweep, "capacity": cmd_capacity, "profile": cmd_profile}
+    try:
+        return commands[args.command](args)
+    except (ValueError, ConfigError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,147 @@
+"""Building runs from short text: workloads (``complex:2.4x``), policies (``pertoken:25``), scaler specs.
+
+Shared by the CLI and the benchmark script, so both name things the same way.
+
+Workloads: ``simple:R`` or ``complex:R`` (Table 4.2 at R requests per second; ``Rx`` means R times one
+replica's saturation rate for that query type), or ``trace:PATH`` (a CSV trace).
+
+Policies: ``request:T`` and ``pertoken:T`` (the live autoscaler's policy at threshold T ms), ``planner``
+(the project's own) and ``fixed:N`` (N replicas, no autoscaler).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import yaml
+
+from autoscaler.config import ScalerSpec, parse_scaler, to_dict
+from nlgsim.capacity import saturation_rate
+from nlgsim.planner import PlannerConfig, planner_policy
+from nlgsim.policy import Policy, hpa_policy
+from nlgsim.profile import EngineProfile
+from nlgsim.results import SLO
+from nlgsim.workload import QUERY_TYPES, LengthMap, Request, load_trace, thesis_requests
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    requests: list[Request]
+    description: str
+
+
+def parse_workload(
+    text: str,
+    profile: EngineProfile,
+    *,
+    count: int = 2000,
+    duration: float | None = None,
+    seed: int = 0,
+    start: float = 0.0,
+    speed: float = 1.0,
+    lengths: str = "scale:0.125",
+    ramp: float = 0.0,
+) -> Workload:
+    kind, _, arg = text.partition(":")
+    if kind in QUERY_TYPES:
+        query = QUERY_TYPES[kind]
+        if not arg:
+            raise ValueError(f"--workload {text!r}: give a rate, e.g. {kind}:10 (req/s) or {kind}:2.4x")
+        capacity = saturation_rate(profile, thesis_requests(query, 1.0, 64, seed))
+        rate = float(arg[:-1]) * capacity if arg.endswith("x") else float(arg)
+        how = f"{rate / capacity:.2f}x one replica's saturation rate of {capacity:.2f} req/s"
+        n = int(rate * duration) if duration is not None else count
+        reqs = thesis_requests(query, rate, n, seed, ramp)
+        if ramp:
+            how += f", rising linearly from 0 over the first {ramp:g} s"
+        return Workload(
+            kind, reqs, f"{kind} queries (Table 4.2), Poisson {rate:.2f} req/s ({how}), {n} requests"
+        )
+    if kind == "trace" and arg:
+        trace = load_trace(
+            arg, LengthMap.parse(lengths, profile.max_context), start=start, duration=duration, speed=speed
+        )
+        n = len(trace.requests)
+        desc = (
+            f"trace {trace.name}: {n} requests over {trace.duration:.0f} s; lengths: {trace.mapping} "
+            f"({trace.prompts_clipped} prompts and {trace.outputs_clipped} outputs clipped)"
+        )
+        return Workload(trace.name, trace.requests, desc)
+    raise ValueError(
+        f"--workload {text!r}: use simple:RATE, complex:RATE (RATE in req/s or like 2.4x) or trace:PATH"
+    )
+
+
+def scaler_spec(config: Mapping[str, Any] | None, overrides: Sequence[str] = ()) -> ScalerSpec:
+    """A ``scaler`` spec from an autoscaler YAML document (or its ``scaler`` part) and overrides.
+
+    Overrides are ``key=value`` with dotted keys (``scale_up.max_pods=2``) and YAML values
+    (``signals=[{metric: ttft_p99, target: 2000}]``).
+    """
+    data: dict[str, Any] = dict(config.get("scaler", config)) if config else {}
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: write KEY=VALUE, e.g. threshold=30")
+        node = data
+        parts = key.strip().split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = yaml.safe_load(value)
+    return parse_scaler(data)
+
+
+def planner_config(
+    profile: EngineProfile,
+    requests: Sequence[Request],
+    slo: SLO,
+    loop_interval: float,
+    startup_s: float | None,
+    **overrides: Any,
+) -> PlannerConfig:
+    """The planner's settings for a workload: targets from the SLO, lead time from start-up."""
+    prompt = sum(r.prompt_tokens for r in requests) / max(len(requests), 1)
+    outputs = [n for r in requests for n in r.output_tokens]
+    output = sum(outputs) / max(len(outputs), 1)
+    startup = profile.startup_s if startup_s is None else startup_s
+    # The per-token latency the SLOs allow: the per-token SLO itself, and for a request-latency SLO
+    # that latency spread over the longest outputs (p95 of the choices' lengths).
+    allowed = [slo.per_token_s] if "pertoken" in slo.attain or "request" not in slo.attain else []
+    if "request" in slo.attain and outputs:
+        allowed.append(slo.request_s / sorted(outputs)[int(0.95 * (len(outputs) - 1))])
+    per_token = min(allowed)
+    cfg = PlannerConfig(
+        profile=profile,
+        per_token_target_s=per_token * 0.6,
+        per_token_slo_s=per_token,
+        ttft_slo_s=slo.ttft_s,
+        prompt_tokens=prompt,
+        output_tokens=output,
+        lead_s=startup + loop_interval,
+    )
+    return replace(cfg, **overrides)
+
+
+def build_policy(
+    text: str, base: ScalerSpec, planner: PlannerConfig | None = None
+) -> tuple[Policy | None, int]:
+    """A policy (``None`` for fixed replicas) and the replicas to start with."""
+    kind, _, arg = text.partition(":")
+    if kind in ("request", "pertoken"):
+        if not arg:
+            raise ValueError(f"--policy {text!r}: give a threshold in ms, e.g. {kind}:25")
+        spec = parse_scaler({**to_dict(base), "type": kind, "threshold": float(arg)})
+        return hpa_policy(spec), max(spec.min_deployment_count, 1)
+    if kind == "planner":
+        if planner is None:
+            raise ValueError("--policy planner needs the planner's settings")
+        name = "planner" + (f":{arg}" if arg else "")
+        return planner_policy(base, planner, name), max(base.min_deployment_count, 1)
+    if kind == "fixed":
+        if not arg or int(arg) < 1:
+            raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")
+        return None, int(arg)
+    raise ValueError(f"--policy {text!r}: use request:MS, pertoken:MS, planner or fixed:N")

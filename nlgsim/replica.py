@@ -1,0 +1,185 @@
+"""One simulated replica: ``triton_backend.engine.Engine`` timed by an engine profile.
+
+It follows the real engine step for step (``triton_backend/scheduler.py`` and ``engine.py``):
+
+1. schedule: requests wait first come, first served (the replays set no deadlines, so the real
+   scheduler's earliest-deadline order is arrival order); the head is admitted while the running
+   choices stay within ``max_batch`` (the engine's ``max_num_seqs``). The real scheduler also checks
+   KV pages against each choice's predicted length; with the default cache (room for ``max_num_seqs``
+   full contexts) pages never bind first, and with ``ignore_eos`` and exact ``max_tokens`` (how traces
+   are replayed) predictions are exact, so nothing is preempted: neither is modelled;
+2. run: one decode step for every running choice, then prefill chunks of the admitted prompts in
+   admission order, at most ``prefill_chunk_tokens`` prompt tokens per step in all;
+3. update: a request whose prompt is fully prefilled emits the first token of every choice and its
+   choices join the running batch; a choice that reached its length finishes and leaves the batch; a
+   request finishes with its last choice.
+
+Everything a step produces is emitted when the step ends, as the engine does. Step duration is
+``decode_step_s(batch, mean context)`` plus the prefill cost of each chunk, ``P(end) - P(start)`` of
+the profile's prefill curve P. The engine steps back to back while it has work, so every decoded
+token's inter-token latency is the duration of the step that made it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nlgsim.instruments import PodInstruments
+from nlgsim.profile import EngineProfile
+from nlgsim.workload import Request
+
+
+@dataclass
+class RequestState:
+    """What happened to one request; times are seconds from the start of the run."""
+
+    request: Request
+    replica: int = -1
+    admitted: float = -1.0
+    prefilled: int = 0
+    first_token: float = -1.0
+    finish: float = -1.0
+    per_token: float = 0.0
+    """The worst choice's latency / its tokens (the thesis's per-token latency)."""
+    choices_left: int = 0
+
+
+@dataclass(order=True)
+class _Choice:
+    finish_step: int
+    order: int
+    state: RequestState = field(compare=False)
+    tokens: int = field(compare=False)
+    context_at_finish: int = field(compare=False)
+
+
+OnDone = Callable[[RequestState, float], None]
+
+
+class Replica:
+    """A continuous-batching engine. The simulator calls ``submit``, ``start`` and ``finish``."""
+
+    def __init__(self, index: int, profile: EngineProfile, on_done: OnDone) -> None:
+        self.index = index
+        self.profile = profile
+        self.on_done = on_done
+        self.metrics = PodInstruments()
+        self.waiting: deque[RequestState] = deque()
+        self.prefilling: list[RequestState] = []
+        self.running: list[_Choice] = []  # heap by finish step
+        self.busy = False
+        self.outstanding = 0  # requests submitted and not finished
+        self.used_seqs = 0
+        self._running_requests: dict[int, int] = {}  # request id -> unfinished choices
+        self._step = 0
+        self._order = 0
+        self._sum_ctx = 0  # context tokens of the running choices
+        self._t0 = 0.0
+        self._decoded = 0
+        self._chunks: list[tuple[RequestState, int]] = []
+
+    def submit(self, state: RequestState) -> None:
+        if state.request.choices > self.profile.max_batch:
+            raise ValueError(
+                f"request {state.request.id} has {state.request.choices} choices but the engine has "
+                f"{self.profile.max_batch} sequences at once (the profile's max_batch, the engine's "
+                "max_num_seqs)"
+            )
+        state.replica = self.index
+        state.choices_left = state.request.choices
+        self.waiting.append(state)
+        self.outstanding += 1
+        self.metrics.requests_waiting = len(self.waiting)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.prefilling or self.running)
+
+    def start(self, now: float) -> float:
+        """Begin one engine step at ``now``; returns when it ends. Call only when ``has_work()``."""
+        p = self.profile
+        self.busy = True
+        self._t0 = now
+        free = p.max_batch - self.used_seqs
+        while self.waiting and self.waiting[0].request.choices <= free:
+            state = self.waiting.popleft()
+            free -= state.request.choices
+            self.used_seqs += state.request.choices
+            state.admitted = now
+            self.prefilling.append(state)
+        t = now
+        self._decoded = len(self.running)
+        if self._decoded:
+            t += p.decode_step_s(self._decoded, self._sum_ctx / self._decoded)
+        budget = p.prefill_chunk_tokens
+        self._chunks = []
+        for state in self.prefilling:
+            if budget == 0:
+                break
+            start = state.prefilled
+            end = min(state.request.prompt_tokens, start + budget)
+            t += p.prefill_time_s(end) - (p.prefill_time_s(start) if start else 0.0)
+            self._chunks.append((state, end))
+            budget -= end - start
+        self.metrics.requests_waiting = len(self.waiting)
+        return t
+
+    def finish(self, now: float) -> None:
+        """End the step started last; ``now`` is the time ``start`` returned."""
+        m = self.metrics
+        if self._decoded:
+            self._step += 1
+            self._sum_ctx += self._decoded
+            m.generation_tokens += self._decoded
+            m.inter_token_latency.observe(now - self._t0, self._decoded)
+            while self.running and self.running[0].finish_step <= self._step:
+                choice = heapq.heappop(self.running)
+                self._sum_ctx -= choice.context_at_finish
+                self._finish_choice(choice.state, choice.tokens, now)
+        for state, end in self._chunks:
+            state.prefilled = end
+            req = state.request
+            if end < req.prompt_tokens:
+                continue
+            self.prefilling.remove(state)
+            m.prompt_tokens += req.prompt_tokens
+            state.first_token = now
+            self._running_requests[req.id] = req.choices
+            for tokens in req.output_tokens:
+                m.time_to_first_token.observe(now - req.arrival)
+                m.generation_tokens += 1
+                if tokens <= 1:
+                    self._finish_choice(state, 1, now)
+                    continue
+                self._order += 1
+                ctx = req.prompt_tokens + tokens
+                heapq.heappush(
+                    self.running, _Choice(self._step + tokens - 1, self._order, state, tokens, ctx)
+                )
+                self._sum_ctx += req.prompt_tokens + 1
+        self._chunks = []
+        self.busy = False
+        m.requests_running = len(self._running_requests)
+        m.requests_waiting = len(self.waiting)
+        # Pages hold what is cached: the running choices' contexts and the prompts prefilled so far.
+        cached = self._sum_ctx + sum(s.prefilled for s in self.prefilling)
+        m.kv_cache_usage = min(1.0, cached / self.profile.page_size / self.profile.total_pages)
+
+    def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
+        req = state.request
+        latency = t - req.arrival
+        tpot = latency / tokens
+        state.per_token = max(state.per_token, tpot)
+        self.metrics.time_per_output_token.observe(tpot)
+        self.used_seqs -= 1
+        state.choices_left -= 1
+        if state.choices_left > 0:
+            return
+        del self._running_requests[req.id]
+        state.finish = t
+        self.metrics.request_latency.observe(latency)
+        self.metrics.requests_finished += 1
+        self.outstanding -= 1
+        self.on_done(state, t)

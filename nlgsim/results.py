@@ -1,0 +1,198 @@
+"""The numbers of one run: SLO violations and attainment, GPU-seconds, first scaling time, timelines.
+
+Per request (all choices counted; a request is as late as its latest choice):
+
+* request latency: arrival to its last token (the thesis's SLO: 2,000 ms);
+* TTFT: arrival to its first tokens (all choices get theirs in the same engine step);
+* per-token latency: the thesis's metric, a choice's latency over its tokens; the request's is its
+  worst choice's.
+
+SLO attainment is the share of requests meeting every SLO named in ``SLO.attain``. GPU-seconds are
+replica-seconds (one GPU a replica), counted from pod creation (start-up included) until the pod is
+gone (drained after deletion) or the run ends (its last request finishes). ``since`` measures a
+steady state: only requests arriving from then on, and GPU-seconds from then on, count.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from nlgsim.simulator import RunLog
+
+SLO_NAMES = ("request", "ttft", "pertoken")
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Latency objectives in seconds; ``attain`` names those attainment requires."""
+
+    request_s: float = 2.0
+    ttft_s: float = 2.0
+    per_token_s: float = 0.05
+    attain: tuple[str, ...] = ("request",)
+
+    def __post_init__(self) -> None:
+        unknown = [a for a in self.attain if a not in SLO_NAMES]
+        if unknown or not self.attain:
+            raise ValueError(f"SLO attain = {self.attain}: name one or more of {', '.join(SLO_NAMES)}")
+
+    def describe(self) -> str:
+        parts = {
+            "request": f"request latency <= {self.request_s * 1000:g} ms",
+            "ttft": f"TTFT <= {self.ttft_s * 1000:g} ms",
+            "pertoken": f"per-token latency <= {self.per_token_s * 1000:g} ms",
+        }
+        return " and ".join(parts[a] for a in self.attain)
+
+
+@dataclass(frozen=True)
+class Summary:
+    name: str
+    requests: int
+    violations: dict[str, int]
+    attainment: float
+    gpu_seconds: float
+    first_scale_s: float
+    """Seconds from the first arrival to the first scale-out decision; NaN if it never scaled out."""
+    max_replicas: int
+    latency_p50_s: float
+    latency_p99_s: float
+    ttft_p50_s: float
+    ttft_p99_s: float
+    per_token_p50_s: float
+    per_token_p99_s: float
+    end_s: float
+
+    def row(self) -> dict[str, str]:
+        """Cells of the report's table."""
+
+        def ms(x: float) -> str:
+            return f"{x * 1000:.0f}"
+
+        return {
+            "policy": self.name,
+            "req viol": str(self.violations["request"]),
+            "TTFT viol": str(self.violations["ttft"]),
+            "per-tok viol": str(self.violations["pertoken"]),
+            "attain %": f"{self.attainment * 100:.2f}",
+            "GPU-s": f"{self.gpu_seconds:.0f}",
+            "first scale s": "-" if math.isnan(self.first_scale_s) else f"{self.first_scale_s:.0f}",
+            "max pods": str(self.max_replicas),
+            "lat p50/p99 ms": f"{ms(self.latency_p50_s)}/{ms(self.latency_p99_s)}",
+            "TTFT p50/p99 ms": f"{ms(self.ttft_p50_s)}/{ms(self.ttft_p99_s)}",
+            "tok p50/p99 ms": f"{ms(self.per_token_p50_s)}/{ms(self.per_token_p99_s)}",
+        }
+
+
+@dataclass(frozen=True)
+class RequestTable:
+    """Per-request outcomes as arrays, in arrival order."""
+
+    arrival: npt.NDArray[np.float64]
+    latency: npt.NDArray[np.float64]
+    ttft: npt.NDArray[np.float64]
+    per_token: npt.NDArray[np.float64]
+    replica: npt.NDArray[np.int64]
+
+
+def request_table(log: RunLog) -> RequestTable:
+    st = log.states
+    arrival = np.array([s.request.arrival for s in st], dtype=np.float64)
+    return RequestTable(
+        arrival=arrival,
+        latency=np.array([s.finish for s in st], dtype=np.float64) - arrival,
+        ttft=np.array([s.first_token for s in st], dtype=np.float64) - arrival,
+        per_token=np.array([s.per_token for s in st], dtype=np.float64),
+        replica=np.array([s.replica for s in st], dtype=np.int64),
+    )
+
+
+def violations(table: RequestTable, slo: SLO) -> dict[str, npt.NDArray[np.bool_]]:
+    """Per request, whether it missed each SLO."""
+    return {
+        "request": table.latency > slo.request_s,
+        "ttft": table.ttft > slo.ttft_s,
+        "pertoken": table.per_token > slo.per_token_s,
+    }
+
+
+def first_scale_out(log: RunLog) -> float:
+    start = log.states[0].request.arrival if log.states else 0.0
+    for loop in log.loops:
+        if loop.desired > loop.current:
+            return loop.time - start
+    return math.nan
+
+
+def billed_seconds(log: RunLog, since: float = 0.0) -> float:
+    """Integral of pods billed over ``[since, end]`` (equals ``log.replica_seconds`` from 0)."""
+    total = 0.0
+    changes = [*log.pod_changes, (log.end, 0, 0, 0)]
+    for (t0, _, _, billed), (t1, *_) in zip(changes, changes[1:], strict=False):
+        lo, hi = max(t0, since), min(t1, log.end)
+        if hi > lo:
+            total += billed * (hi - lo)
+    return total
+
+
+def summarize(log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0) -> Summary:
+    table = request_table(log)
+    if since > 0:
+        keep = table.arrival >= since
+        table = RequestTable(
+            *(getattr(table, f)[keep] for f in ("arrival", "latency", "ttft", "per_token", "replica"))
+        )
+    missed = violations(table, slo)
+    bad = np.zeros(len(table.arrival), dtype=bool)
+    for a in slo.attain:
+        bad |= missed[a]
+    n = len(table.arrival)
+
+    def pct(x: npt.NDArray[np.float64], q: float) -> float:
+        return float(np.percentile(x, q)) if n else math.nan
+
+    return Summary(
+        name=name or log.scenario.name or (log.scenario.policy.name if log.scenario.policy else "fixed"),
+        requests=n,
+        violations={k: int(v.sum()) for k, v in missed.items()},
+        attainment=1.0 - float(bad.sum()) / n if n else 1.0,
+        gpu_seconds=billed_seconds(log, since) if since > 0 else log.replica_seconds,
+        first_scale_s=first_scale_out(log),
+        max_replicas=max(c[1] for c in log.pod_changes),
+        latency_p50_s=pct(table.latency, 50),
+        latency_p99_s=pct(table.latency, 99),
+        ttft_p50_s=pct(table.ttft, 50),
+        ttft_p99_s=pct(table.ttft, 99),
+        per_token_p50_s=pct(table.per_token, 50),
+        per_token_p99_s=pct(table.per_token, 99),
+        end_s=log.end,
+    )
+
+
+def replicas_over_time(
+    log: RunLog, step: float = 1.0
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+    """Pods billed (created, not yet gone) sampled every ``step`` seconds until the run's end."""
+    times = np.arange(0.0, log.end + step, step)
+    change_t = np.array([c[0] for c in log.pod_changes])
+    billed = np.array([c[3] for c in log.pod_changes], dtype=np.int64)
+    idx = np.searchsorted(change_t, times, side="right") - 1
+    return times, billed[np.clip(idx, 0, len(billed) - 1)]
+
+
+def format_table(rows: list[dict[str, str]]) -> str:
+    """A Markdown table of rows that share their keys."""
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in keys}
+    lines = [
+        "| " + " | ".join(k.ljust(widths[k]) for k in keys) + " |",
+        "|" + "|".join("-" * (widths[k] + 2) for k in keys) + "|",
+    ]
+    lines += ["| " + " | ".join(r[k].ljust(widths[k]) for k in keys) + " |" for r in rows]
+    return "\n".join(lines)

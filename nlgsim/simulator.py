@@ -1,0 +1,237 @@
+"""The discrete-event loop: arrivals, engine steps, pod start-up, scrapes and autoscaler rounds.
+
+Time is a float of seconds from the start of the run, kept by the loop alone; every component
+takes it as an argument. Events at the same time run in a fixed order (engine steps end, pods become
+ready, requests arrive, idle engines start a step, scrapes, autoscaler rounds) and then in the order
+they were scheduled, so a run is a function of its scenario: same scenario and seed, same result, bit
+for bit. An idle engine starts its step after every request of that instant has arrived, as the real
+engine loop takes everything in its inbox before a step.
+
+The autoscaler is modelled as deployed: every ``scrape_interval`` seconds each ready pod's metrics
+are read into an ``autoscaler.aggregate.PodSample`` (what the collector builds from ``/metrics``);
+every ``loop_interval`` seconds the real ``WindowAggregator`` takes the samples scraped since the last
+round and the policy (``autoscaler.decide.decide`` or one with its signature) decides; the Deployment
+is then scaled to the decision at once, and new pods become ready ``startup_s`` later.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autoscaler.aggregate import Histogram, PodSample, Snapshot, WindowAggregator
+from autoscaler.config import SourceSpec
+from nlgsim.cluster import Cluster, Pod
+from nlgsim.instruments import Histogram as PodHistogram
+from nlgsim.instruments import PodInstruments
+from nlgsim.policy import Policy
+from nlgsim.profile import EngineProfile
+from nlgsim.replica import RequestState
+from nlgsim.workload import Request
+
+# Event kinds, in the order they run at equal times.
+_STEP, _READY, _ARRIVAL, _START, _SCRAPE, _LOOP = range(6)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Everything one run depends on. ``policy=None`` runs ``initial_replicas`` fixed replicas."""
+
+    profile: EngineProfile
+    requests: Sequence[Request]
+    policy: Policy | None = None
+    initial_replicas: int = 1
+    loop_interval: float = 5.0
+    scrape_interval: float = 5.0
+    startup_s: float | None = None
+    """Pod start-up delay; ``None`` takes the profile's time from start to ready."""
+    routing: str = "round-robin"
+    stale_after: float | None = None
+    """Aggregator's ``stale_after``; ``None`` takes what ``autoscaler/app.py`` gives the direct
+    source: 2.5 loop intervals plus the default scrape timeout (2 s)."""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class LoopRecord:
+    """One autoscaler round: what the policy saw and decided."""
+
+    time: float
+    current: int
+    desired: int
+    valid: bool
+    reason: str
+    values: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunLog:
+    """The raw outcome of a run; ``nlgsim.results`` turns it into the numbers of a report."""
+
+    scenario: Scenario
+    states: list[RequestState]
+    pod_changes: list[tuple[float, int, int, int]]
+    loops: list[LoopRecord]
+    end: float
+    replica_seconds: float
+
+
+def pod_sample(m: PodInstruments) -> PodSample:
+    """What the collector reads from one pod's ``/metrics``: the histograms and gauges it uses."""
+
+    def hist(h: PodHistogram) -> Histogram:
+        return Histogram(buckets=tuple(h.cumulative()), sum=h.total, count=h.count)
+
+    return PodSample(
+        histograms={
+            "request": hist(m.request_latency),
+            "pertoken": hist(m.time_per_output_token),
+            "ttft": hist(m.time_to_first_token),
+            "itl": hist(m.inter_token_latency),
+        },
+        gauges={"waiting": m.requests_waiting, "running": m.requests_running, "kv_usage": m.kv_cache_usage},
+    )
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario) -> None:
+        self.s = scenario
+        if scenario.initial_replicas < 0:
+            raise ValueError(f"initial_replicas = {scenario.initial_replicas}, must be >= 0")
+        if scenario.loop_interval <= 0 or scenario.scrape_interval <= 0:
+            raise ValueError("loop_interval and scrape_interval must be > 0 seconds")
+        self.cluster = Cluster(scenario.profile, scenario.routing, self._done, scenario.startup_s)
+        self.states = [RequestState(r) for r in sorted(scenario.requests, key=lambda r: (r.arrival, r.id))]
+        self.loops: list[LoopRecord] = []
+        self._events: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._left = len(self.states)
+        self._scraped: list[tuple[float, Snapshot]] = []
+        self.now = 0.0
+        policy = scenario.policy
+        self._state: Any = None
+        self._aggregator: WindowAggregator | None = None
+        if policy is not None:
+            stale = scenario.stale_after or 2.5 * scenario.loop_interval + SourceSpec().timeout
+            self._aggregator = WindowAggregator(policy.spec.time_window, stale)
+
+    def _push(self, t: float, kind: int, payload: Any = None) -> None:
+        heapq.heappush(self._events, (t, kind, next(self._seq), payload))
+
+    def run(self, progress: Callable[[float], None] | None = None) -> RunLog:
+        s = self.s
+        for _ in range(s.initial_replicas):
+            self.cluster.mark_ready(self.cluster.create(0.0, ready_now=True), 0.0)
+        if s.policy is not None:
+            self._state = s.policy.initial(s.initial_replicas)
+            self._push(s.scrape_interval, _SCRAPE)
+            self._push(s.loop_interval, _LOOP)
+        if self.states:
+            self._push(self.states[0].request.arrival, _ARRIVAL, 0)
+        horizon = self.states[-1].request.arrival if self.states else 0.0
+        reported = 0.0
+        while self._events and self._left > 0:
+            t, kind, _, payload = heapq.heappop(self._events)
+            self.now = t
+            if kind == _STEP:
+                self._step_done(payload)
+            elif kind == _ARRIVAL:
+                self._arrive(payload)
+            elif kind == _START:
+                self._push(payload.replica.start(t), _STEP, payload)
+            elif kind == _READY:
+                self._ready(payload)
+            elif kind == _SCRAPE:
+                self._scrape()
+            else:
+                self._loop()
+            if progress is not None and horizon > 0 and t - reported >= horizon / 200:
+                reported = t
+                progress(min(t / horizon, 1.0))
+        if self._left > 0:
+            raise RuntimeError(
+                f"{self._left} requests never finished: no pod is ready and none is starting "
+                "(min_deployment_count = 0 and initial_replicas = 0?)"
+            )
+        if progress is not None:
+            progress(1.0)
+        end = max(self.now, horizon)
+        return RunLog(
+            s, self.states, list(self.cluster.changes), self.loops, end, self.cluster.replica_seconds(end)
+        )
+
+    # -- requests and engines ----------------------------------------------------------------------
+
+    def _arrive(self, i: int) -> None:
+        if i + 1 < len(self.states):
+            self._push(self.states[i + 1].request.arrival, _ARRIVAL, i + 1)
+        pod = self.cluster.route()
+        if pod is None:
+            self.cluster.pending.append(self.states[i])
+            return
+        self._submit(pod, self.states[i])
+
+    def _submit(self, pod: Pod, state: RequestState) -> None:
+        pod.replica.submit(state)
+        if not pod.replica.busy:
+            pod.replica.busy = True  # a step starts once this instant's arrivals are in
+            self._push(self.now, _START, pod)
+
+    def _step_done(self, pod: Pod) -> None:
+        replica = pod.replica
+        replica.finish(self.now)
+        if replica.has_work():
+            self._push(replica.start(self.now), _STEP, pod)
+        elif pod.deleted is not None:
+            self.cluster.drained(pod, self.now)
+
+    def _done(self, state: RequestState, t: float) -> None:
+        self._left -= 1
+
+    # -- pods and the autoscaler -------------------------------------------------------------------
+
+    def _ready(self, pod: Pod) -> None:
+        self.cluster.mark_ready(pod, self.now)
+        if not self.cluster.pending or not pod.ready:
+            return
+        while self.cluster.pending:
+            target = self.cluster.route()
+            assert target is not None
+            self._submit(target, self.cluster.pending.popleft())
+
+    def _scrape(self) -> None:
+        self._push(self.now + self.s.scrape_interval, _SCRAPE)
+        snapshot = {f"pod-{p.index}": pod_sample(p.replica.metrics) for p in self.cluster.ready}
+        self._scraped.append((self.now, snapshot))
+
+    def _loop(self) -> None:
+        s = self.s
+        assert s.policy is not None and self._aggregator is not None
+        self._push(self.now + s.loop_interval, _LOOP)
+        for t, snapshot in self._scraped:
+            self._aggregator.record(t, snapshot)
+        self._scraped = []
+        window = self._aggregator.window(self.now)
+        current = self.cluster.current
+        # As the live loop does: the policy learns the replicas the Deployment has, then decides.
+        self._state = self._state.with_replicas(current)
+        decision, self._state = s.policy.decide(window, s.policy.spec, self._state, self.now)
+        self.loops.append(
+            LoopRecord(
+                self.now, current, decision.desired, decision.valid, decision.reason, dict(decision.values)
+            )
+        )
+        if decision.desired > current:
+            for _ in range(decision.desired - current):
+                pod = self.cluster.create(self.now)
+                self._push(pod.ready_at, _READY, pod)
+        elif decision.desired < current:
+            self.cluster.delete(current - decision.desired, self.now)
+
+
+def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> RunLog:
+    """Run one scenario to the end of its last request."""
+    return Simulation(scenario).run(progress)

@@ -1,0 +1,137 @@
+"""The what-if CLI end to end on small workloads, the sweep's Pareto front, and text specs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from sim_testkit import paper_profile
+
+from autoscaler.config import ConfigError, ScalerSpec
+from nlgsim.cli import main
+from nlgsim.experiment import build_policy, parse_workload, scaler_spec
+from nlgsim.sweep import grid, pareto_front
+
+
+@pytest.fixture
+def profile_file(tmp_path):
+    path = tmp_path / "profile.json"
+    paper_profile(max_batch=8, startup_s=10.0).save(path)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("points", "want"),
+    [
+        ([(10, 0.5), (20, 0.1), (30, 0.0)], [0, 1, 2]),  # a clean trade-off: all on the front
+        ([(10, 0.5), (20, 0.6), (30, 0.0)], [0, 2]),  # the middle one costs more and misses more
+        ([(10, 0.1), (10, 0.1)], [0]),  # duplicates: the first stays
+        ([(10, 0.1), (10, 0.2)], [0]),  # same cost, more misses
+    ],
+    ids=["trade-off", "dominated", "duplicate", "same-cost"],
+)
+def test_pareto_front(points, want):
+    assert pareto_front(points) == want
+
+
+def test_grid_covers_every_combination():
+    specs = grid(ScalerSpec(), ["pertoken", "request"], {"pertoken": [20, 30], "request": [2000]}, [30, 60])
+    assert [(s.type, s.threshold, s.time_window) for s in specs] == [
+        ("pertoken", 20, 30),
+        ("pertoken", 20, 60),
+        ("pertoken", 30, 30),
+        ("pertoken", 30, 60),
+        ("request", 2000, 30),
+        ("request", 2000, 60),
+    ]
+
+
+def test_scaler_spec_from_yaml_and_overrides():
+    spec = scaler_spec(
+        {"scaler": {"type": "request", "threshold": 1500}}, ["time_window=30", "scale_up.max_pods=2"]
+    )
+    assert (spec.type, spec.threshold, spec.time_window, spec.scale_up.max_pods) == ("request", 1500, 30, 2)
+    with pytest.raises(ConfigError, match="scaler.threshold"):
+        scaler_spec({}, ["threshold=-1"])
+
+
+@pytest.mark.parametrize("bad", ["pertoken", "fixed:0", "magic:3", "planner"])
+def test_policy_text_errors(bad):
+    with pytest.raises(ValueError, match="--policy"):
+        build_policy(bad, ScalerSpec(), None)
+
+
+def test_relative_rates_are_stated_against_one_replicas_capacity():
+    w = parse_workload("simple:2x", paper_profile(max_batch=8), count=100)
+    assert "2.00x one replica's saturation rate" in w.description
+    assert len(w.requests) == 100
+
+
+def test_run_writes_a_table_a_summary_and_figures(profile_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    code = main(
+        [
+            "run",
+            "--profile",
+            str(profile_file),
+            "--workload",
+            "simple:2.5x",
+            "--count",
+            "600",
+            "--policy",
+            "request:2000",
+            "--policy",
+            "pertoken:20",
+            "--policy",
+            "planner",
+            "--policy",
+            "fixed:2",
+            "--set",
+            "max_deployment_count=4",
+            "--oracle",
+            "--out",
+            str(out),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| request:2000" in text and "| planner" in text and "GPU-s / oracle" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["name"] for r in summary["runs"]] == ["request:2000", "pertoken:20", "planner", "fixed:2"]
+    assert summary["oracle_gpu_seconds"] > 0
+    for png in ("replicas.png", "latency.png", "tradeoff.png"):
+        assert (out / png).stat().st_size > 1000
+
+
+def test_sweep_prints_the_front(profile_file, tmp_path, capsys):
+    code = main(
+        [
+            "sweep",
+            "--profile",
+            str(profile_file),
+            "--workload",
+            "simple:2x",
+            "--count",
+            "300",
+            "--thresholds",
+            "20,40",
+            "--windows",
+            "15,30",
+            "--set",
+            "max_deployment_count=3",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "Pareto front" in text
+    assert text.count("pertoken 20ms") >= 2
+    assert (tmp_path / "sweep.png").exists()
+
+
+def test_errors_exit_2_and_say_how_to_fix(profile_file, capsys):
+    assert main(["run", "--profile", "missing.json", "--workload", "simple:1"]) == 2
+    assert "nlgsim profile --out" in capsys.readouterr().err
+    assert main(["run", "--profile", str(profile_file), "--workload", "medium:1"]) == 2
+    assert "simple:RATE" in capsys.readouterr().err

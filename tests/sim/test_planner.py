@@ -1,0 +1,127 @@
+"""The project's planner: capacity from the profile, demand ahead by the lead time, tail guards."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from sim_testkit import paper_profile
+
+from autoscaler.aggregate import LatencyStats, WindowStats
+from autoscaler.config import ScalerSpec
+from nlgsim.capacity import choices_per_second, saturation_rate, slo_batch, step_estimate
+from nlgsim.planner import PlannerConfig, PlannerState, planner_decide, planner_policy, trend
+from nlgsim.policy import Policy
+from nlgsim.results import SLO, summarize
+from nlgsim.simulator import Scenario, simulate
+from nlgsim.workload import SIMPLE, Request, thesis_requests
+
+PROFILE = paper_profile(max_batch=16, startup_s=20.0)
+CFG = PlannerConfig(
+    profile=PROFILE,
+    per_token_target_s=0.02,
+    per_token_slo_s=0.05,
+    ttft_slo_s=1.0,
+    prompt_tokens=34,
+    output_tokens=30,
+    lead_s=25.0,
+)
+SPEC = ScalerSpec(max_deployment_count=10, stabilization_window=60)
+
+
+def window(
+    started_per_s: float, tokens: float = 30, span: float = 30, waiting: float = 0, p99_tok=0.01, pods=1
+):
+    started = started_per_s * span
+    stats = {
+        "ttft": LatencyStats(started, 0.05, 0.05, 0.05, 0.1),
+        "pertoken": LatencyStats(started, 0.01, 0.01, 0.01, p99_tok),
+        "request": LatencyStats(started, 0.3, 0.3, 0.3, 0.4),
+        "itl": LatencyStats(started * (tokens - 1), 0.01, 0.01, 0.01, 0.02),
+    }
+    return WindowStats(latencies=stats, gauges={"waiting": waiting, "running": 1}, pods=pods, span=span)
+
+
+class Planner:
+    def __init__(self, replicas: int, cfg: PlannerConfig = CFG, spec: ScalerSpec = SPEC) -> None:
+        self.state, self.cfg, self.spec = PlannerState(replicas), cfg, spec
+
+    def at(self, now: float, win: WindowStats) -> int:
+        decision, self.state = planner_decide(win, self.spec, self.state, now, self.cfg)
+        return decision.desired
+
+
+def test_capacity_model_on_paper():
+    # s(B) = 10 ms + B ms + B * P(34) / (1 * 30) with P(34) = 54 ms: s(4) = 21.2 ms, s(3) = 18.4 ms
+    assert step_estimate(PROFILE, 3, 34, 30, 1) == pytest.approx(0.010 + 0.003 + 3 * 0.054 / 30)
+    assert slo_batch(PROFILE, 0.02, 34, 30, 1) == 3
+    assert choices_per_second(PROFILE, 0.02, 34, 30, 1) == pytest.approx(3 / (30 * 0.0184))
+
+
+def test_saturation_rate_of_one_replica():
+    rate = saturation_rate(PROFILE, thesis_requests(SIMPLE, 1.0, 64, seed=0))
+    # A request: 30 tokens in steps of 16 at 26 ms (49 ms of engine time) and a 54 ms prefill.
+    assert rate == pytest.approx(1 / (30 * 0.026 / 16 + 0.054), rel=0.03)
+
+
+def test_steady_demand_gives_demand_over_capacity_per_replica():
+    per_replica = choices_per_second(PROFILE, 0.02, 34, 30, 1) * CFG.headroom
+    p = Planner(replicas=1)
+    assert p.at(0, window(started_per_s=10)) == math.ceil(10 / per_replica)
+
+
+def test_rising_demand_is_met_a_lead_time_ahead():
+    flat, rising = Planner(1), Planner(1)
+    for t, rate in [(0, 5), (10, 5), (20, 5)]:
+        flat.at(t, window(rate))
+    for t, rate in [(0, 5), (10, 7.5), (20, 10)]:
+        got = rising.at(t, window(rate))
+    per_replica = choices_per_second(PROFILE, 0.02, 34, 30, 1) * CFG.headroom
+    # slope 0.25/s over 25 s lead: plan for 16.25 choices/s, not the 10 seen now.
+    assert got == math.ceil((10 + 0.25 * 25) / per_replica)
+    assert got > math.ceil(10 / per_replica)
+
+
+def test_backlog_in_the_queues_counts_as_demand():
+    p = Planner(1)
+    assert p.at(0, window(5, waiting=200)) > Planner(1).at(0, window(5))
+
+
+def test_a_tail_over_its_slo_adds_a_replica_even_if_the_model_says_enough():
+    p = Planner(3)
+    assert p.at(0, window(0.5, p99_tok=0.08, pods=3)) == 4
+    # The fourth pod is starting (3 report): help is on its way, no fifth yet.
+    assert p.at(5, window(0.5, p99_tok=0.08, pods=3)) == 4
+
+
+def test_no_pods_reporting_holds():
+    decision, state = planner_decide(WindowStats.empty(), SPEC, PlannerState(2), 0.0, CFG)
+    assert (decision.desired, decision.valid) == (2, False)
+    assert "no data" in decision.reason
+
+
+def test_scale_down_waits_for_the_stabilization_window_and_bounds_apply():
+    p = Planner(6, spec=replace(SPEC, min_deployment_count=2))
+    high = p.at(0, window(30))
+    assert high >= 6
+    assert p.at(30, window(0.1)) == high  # within the 60 s window of a high proposal
+    assert p.at(61, window(0.1)) == 2  # then down to what demand needs, floored by min_deployment_count
+
+
+def test_trend_is_a_least_squares_slope():
+    assert trend(((0, 1.0), (1, 3.0), (2, 5.0))) == pytest.approx(2.0)
+    assert trend(((0, 1.0), (1, 3.0))) == 0.0
+
+
+def test_the_planner_is_a_policy_with_the_live_signature_and_runs_in_the_simulator():
+    policy = planner_policy(SPEC, CFG)
+    assert isinstance(policy, Policy)
+    reqs = [
+        *thesis_requests(SIMPLE, 2.0, 60, seed=1),
+        *(Request(1000 + i, 30.0 + i * 0.02, 34, (30,)) for i in range(1500)),  # a 30 s burst of 50/s
+    ]
+    log = simulate(Scenario(PROFILE, sorted(reqs, key=lambda r: r.arrival), policy))
+    s = summarize(log, SLO())
+    assert s.max_replicas > 1
+    assert s.requests == len(reqs)

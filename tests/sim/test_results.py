@@ -1,0 +1,100 @@
+"""A run's numbers: violations per SLO, attainment, first scaling time, replicas over time, the oracle."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sim_testkit import paper_profile, req
+
+from nlgsim.oracle import oracle
+from nlgsim.results import SLO, format_table, replicas_over_time, summarize
+from nlgsim.simulator import LoopRecord, Scenario, simulate
+from nlgsim.workload import SIMPLE, thesis_requests
+
+
+def test_violations_and_attainment_per_slo():
+    log = simulate(Scenario(paper_profile(), [req(0, 0.0, 10, 3), req(1, 0.0, 500, 3)], None))
+    # One step prefills A (10 tokens) and B's first 246: A's first token at 0.296. Next step: A decodes
+    # (11 ms), B's last 254 tokens (254 ms): B's first token at 0.561. Then both decode (12 ms): A done
+    # at 0.573; B alone (11 ms): done at 0.584.
+    a, b = log.states
+    assert (a.first_token, a.finish) == (pytest.approx(0.296), pytest.approx(0.573))
+    assert (b.first_token, b.finish) == (pytest.approx(0.561), pytest.approx(0.584))
+    slo = SLO(request_s=0.58, ttft_s=0.3, per_token_s=0.192, attain=("request", "ttft"))
+    s = summarize(log, slo, "one")
+    assert s.violations == {"request": 1, "ttft": 1, "pertoken": 1}
+    assert s.attainment == 0.5
+    assert s.first_scale_s != s.first_scale_s  # NaN: fixed replicas never scale
+    assert s.max_replicas == 1
+    assert s.gpu_seconds == pytest.approx(log.end)
+    with pytest.raises(ValueError, match="name one or more of request, ttft, pertoken"):
+        SLO(attain=("latency",))
+
+
+def test_first_scale_time_counts_from_the_first_arrival():
+    log = simulate(Scenario(paper_profile(), [req(0, 3.0)], None))
+    log.loops.extend([LoopRecord(5.0, 1, 1, True, ""), LoopRecord(10.0, 1, 2, True, "")])
+    assert summarize(log, SLO()).first_scale_s == 7.0
+
+
+def test_replicas_over_time_samples_pods_billed():
+    log = simulate(Scenario(paper_profile(), [req(0, 0.0), req(1, 2.5)], None, initial_replicas=2))
+    t, n = replicas_over_time(log, step=1.0)
+    assert list(t) == [0.0, 1.0, 2.0, 3.0]
+    assert list(n) == [2, 2, 2, 2]
+
+
+def test_format_table_is_markdown():
+    text = format_table([{"a": "1", "bb": "22"}, {"a": "333", "bb": ""}])
+    assert text.splitlines() == ["| a   | bb |", "|-----|----|", "| 1   | 22 |", "| 333 |    |"]
+
+
+def test_oracle_gives_each_interval_the_fewest_replicas_that_meet_the_slo():
+    profile = paper_profile(max_batch=4)
+    quiet = thesis_requests(SIMPLE, rate=1.0, count=30, seed=1)
+    busy = [r for r in thesis_requests(SIMPLE, rate=30.0, count=1800, seed=2) if r.arrival < 60]
+    reqs = [
+        *quiet,
+        *(r.__class__(10_000 + r.id, 60.0 + r.arrival, r.prompt_tokens, r.output_tokens) for r in busy),
+    ]
+    reqs.sort(key=lambda r: r.arrival)
+    slo = SLO(request_s=2.0)
+    bound = oracle(profile, reqs, slo, interval=30.0, warmup=30.0, target=0.99)
+    assert bound.replicas[0] == 1  # light load: the minimum
+    assert min(bound.replicas[2:4]) >= 2  # the busy minute needs more
+    # Each busy interval's answer is the least that works: one replica fewer misses the target.
+    from nlgsim.oracle import _attainment
+
+    assert bound.gpu_seconds == pytest.approx(
+        sum(bound.replicas[:-1]) * 30
+        + bound.replicas[-1] * (reqs[-1].arrival - 30 * (len(bound.replicas) - 1))
+    )
+    busy_window = [r for r in reqs if 60.0 <= r.arrival < 90.0]
+    shifted = [r.__class__(r.id, r.arrival - 60.0, r.prompt_tokens, r.output_tokens) for r in busy_window]
+    n = bound.replicas[2]
+    assert _attainment(profile, shifted, 0, n, slo, "round-robin") >= 0.99 or n == 256
+    assert _attainment(profile, shifted, 0, n - 1, slo, "round-robin") < 0.99 + 1e-9 or n == 1
+    assert bound.at(75.0) == n
+
+
+def test_oracle_of_an_idle_stretch_is_the_minimum():
+    reqs = [req(0, 0.0), req(1, 100.0)]
+    bound = oracle(paper_profile(), reqs, SLO(), interval=30.0, min_replicas=1)
+    assert bound.replicas == (1, 1, 1, 1)
+    assert bound.gpu_seconds == pytest.approx(100.0)
+    assert not math.isnan(float(np.sum(bound.replicas)))
+
+
+def test_a_warm_up_is_left_out_of_attainment_and_gpu_seconds():
+    reqs = [req(0, 0.0, 600, 3), req(1, 10.0, 10, 3)]  # the first one is slow, the second fast
+    log = simulate(Scenario(paper_profile(), reqs, None, initial_replicas=2))
+    whole, steady = summarize(log, SLO(ttft_s=0.1, attain=("ttft",))), summarize(
+        log, SLO(ttft_s=0.1, attain=("ttft",)), since=5.0
+    )
+    assert (whole.requests, whole.attainment) == (2, 0.5)
+    assert (steady.requests, steady.attainment) == (1, 1.0)
+    assert steady.gpu_seconds == pytest.approx(2 * (log.end - 5.0))
+    bound = oracle(paper_profile(), reqs, SLO(), interval=4.0)
+    assert bound.gpu_seconds_since(5.0) == pytest.approx(bound.gpu_seconds - 5.0)  # one replica from 5 to 10

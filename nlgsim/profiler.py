@@ -139,7 +139,7 @@ def measure(
     shape = cache_shape(model)
     budget = shape.bytes_per_page * shape.pages_per_sequence * max_num_seqs
     cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=1), device)
-    runner = GPT2Runner(model, cache)
+    runner = GPT2Runner(model, cache, graph_batch=max_num_seqs)  # CUDA graphs on a GPU, as served
     config = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
     engine = Engine(runner, token_bytes(), config, clock=time.monotonic)
 

@@ -16,7 +16,7 @@ from triton_backend.detokenizer import TextStream
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.presets import EOS_TOKEN_ID
-from triton_backend.runner import GPT2Runner
+from triton_backend.runner import GPT2Runner, PrefillInput
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import PrefillChunk, Scheduler, SchedulerConfig
@@ -103,9 +103,8 @@ class Engine:
             self._sample(plan.decode, logits)
             for request in self.scheduler.running:
                 touched[request.request_id] = request
-        for chunk in plan.prefill:
-            if self._prefill(chunk):
-                touched[chunk.request.request_id] = chunk.request
+        for request in self._prefill(plan.prefill):
+            touched[request.request_id] = request
         now = self._clock()
         outputs = []
         for request in touched.values():
@@ -127,25 +126,30 @@ class Engine:
             preemptions=self.scheduler.preemptions,
         )
 
-    def _prefill(self, chunk: PrefillChunk) -> bool:
-        """Run one chunk; True when it completed a fresh request's prefill (first tokens sampled)."""
-        request, seq = chunk.request, chunk.sequence
-        logits = None
-        if chunk.end > chunk.start:
-            logits = self.runner.prefill(
-                seq.pages, seq.sampling.token_ids[chunk.start : chunk.end], chunk.start
-            )
-        if not chunk.last:
-            return False
-        started = request.fresh
-        if started:
-            assert logits is not None
-            first = request.sequences[0]
-            for sibling in request.sequences[1:]:
-                self.cache.copy_pages(first.pages, sibling.pages)
-                sibling.cached = first.cached
-            self._sample(request.sequences, logits.unsqueeze(0).expand(len(request.sequences), -1).clone())
-        self.scheduler.prefill_finished(request)
+    def _prefill(self, chunks: list[PrefillChunk]) -> list[Request]:
+        """Run a step's chunks in one forward pass; returns the fresh requests whose prefill it
+        completed (their first tokens sampled)."""
+        work = [chunk for chunk in chunks if chunk.end > chunk.start]
+        logits: dict[int, torch.Tensor] = {}
+        if work:
+            inputs = [
+                PrefillInput(c.sequence.pages, c.sequence.sampling.token_ids[c.start : c.end], c.start) for c in work
+            ]
+            logits = {id(chunk): row for chunk, row in zip(work, self.runner.prefill(inputs), strict=True)}
+        started = []
+        for chunk in chunks:
+            if not chunk.last:
+                continue
+            request = chunk.request
+            if request.fresh:
+                first = request.sequences[0]
+                for sibling in request.sequences[1:]:
+                    self.cache.copy_pages(first.pages, sibling.pages)
+                    sibling.cached = first.cached
+                row = logits[id(chunk)]
+                self._sample(request.sequences, row.unsqueeze(0).expand(len(request.sequences), -1).clone())
+                started.append(request)
+            self.scheduler.prefill_finished(request)
         return started
 
     def _sample(self, seqs: list[Sequence], logits: torch.Tensor) -> None:

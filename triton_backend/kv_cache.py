@@ -54,7 +54,9 @@ class PagedKVCache:
     def __init__(self, shape: CacheShape, num_pages: int, device: torch.device) -> None:
         self.shape = shape
         self.num_pages = num_pages
-        dims = (shape.n_layer, num_pages, shape.page_size, shape.n_head, shape.head_dim)
+        # One page past the pool is never handed out: padded rows of a captured decode step write there.
+        self.scratch_page = num_pages
+        dims = (shape.n_layer, num_pages + 1, shape.page_size, shape.n_head, shape.head_dim)
         self.k = torch.zeros(dims, dtype=shape.dtype, device=device)
         self.v = torch.zeros(dims, dtype=shape.dtype, device=device)
         self._free = list(range(num_pages))

@@ -1,4 +1,4 @@
-"""GPT-2's forward pass over the paged KV cache: chunked prefill of one sequence, batched decode.
+"""GPT-2's forward pass over the paged KV cache: batched chunked prefill, batched decode.
 
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
 attention is ours, because it reads and writes each sequence's own pages at its own position. That is
@@ -8,12 +8,16 @@ built once and serves every layer.
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
+from triton_backend import gpu_kernels
+from triton_backend.graph_decode import GraphDecoder
 from triton_backend.kv_cache import CacheShape, PagedKVCache
 
 
@@ -28,8 +32,18 @@ def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
     )
 
 
+@dataclass(frozen=True)
+class PrefillInput:
+    pages: list[int]  # the sequence's page table
+    token_ids: list[int]  # the tokens to cache, at positions start..
+    start: int
+
+
 class GPT2Runner:
-    def __init__(self, model: GPT2LMHeadModel, cache: PagedKVCache) -> None:
+    """`graph_batch` > 0 on a CUDA device: decode steps of up to that many sequences replay CUDA graphs
+    (`graph_decode`); otherwise, and on the CPU, they run eagerly over a gathered cache."""
+
+    def __init__(self, model: GPT2LMHeadModel, cache: PagedKVCache, graph_batch: int = 0) -> None:
         self.model = model
         self.cache = cache
         self.device = next(model.parameters()).device
@@ -40,36 +54,58 @@ class GPT2Runner:
         base = 1.0 / self.head_dim**0.5 if config.scale_attn_weights else 1.0
         by_layer = config.scale_attn_by_inverse_layer_idx
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
+        self.graphs: GraphDecoder | None = None
+        if graph_batch > 0 and gpu_kernels.available(self.device):
+            self.graphs = GraphDecoder(model, cache, self.scales, graph_batch)
 
     @torch.inference_mode()
-    def prefill(self, pages: list[int], token_ids: list[int], start: int) -> torch.Tensor:
-        """Cache tokens at positions start.. of a sequence; returns the last position's logits (fp32)."""
-        count = len(token_ids)
-        total = start + count
-        ids = torch.tensor([token_ids], device=self.device)
-        positions = torch.arange(start, total, device=self.device)
-        # Query i sits at position start + i and may see keys at positions 0..start + i.
-        causal = torch.arange(total, device=self.device)[None, :] <= positions[:, None]
-        table = torch.tensor(pages, device=self.device)
-        every = torch.arange(total, device=self.device)
-        read_page, read_off = table[every // self.page_size], every % self.page_size
-        write_page, write_off = read_page[start:], read_off[start:]
-        hidden = self._embed(ids, positions[None, :])
+    def prefill(self, chunks: list[PrefillInput]) -> torch.Tensor:
+        """Cache each chunk's tokens at positions start.. of its sequence, all chunks in one forward
+        pass; returns the logits of each chunk's last position [chunks, vocab] (fp32).
+
+        The chunks are laid end to end: a query sees the keys of its own sequence up to its position
+        (the cached history and its chunk so far), nothing of the others.
+        """
+        device = self.device
+        lists: tuple[list[int], ...] = tuple([] for _ in range(9))
+        ids, positions, query_of, key_page, key_off, key_pos, key_of, write_page, write_off = lists
+        for index, chunk in enumerate(chunks):
+            total = chunk.start + len(chunk.token_ids)
+            ids += chunk.token_ids
+            positions += range(chunk.start, total)
+            query_of += [index] * len(chunk.token_ids)
+            pages = [chunk.pages[p // self.page_size] for p in range(total)]
+            offsets = [p % self.page_size for p in range(total)]
+            key_page += pages
+            key_off += offsets
+            key_pos += range(total)
+            key_of += [index] * total
+            write_page += pages[chunk.start :]
+            write_off += offsets[chunk.start :]
+        pos = torch.tensor(positions, device=device)
+        same = torch.tensor(query_of, device=device)[:, None] == torch.tensor(key_of, device=device)[None, :]
+        visible = same & (torch.tensor(key_pos, device=device)[None, :] <= pos[:, None])
+        read = torch.tensor(key_page, device=device), torch.tensor(key_off, device=device)
+        write = torch.tensor(write_page, device=device), torch.tensor(write_off, device=device)
+        hidden = self._embed(torch.tensor([ids], device=device), pos[None, :])
         for layer, block in enumerate(self.model.transformer.h):
             q, k, v = self._qkv(block, hidden)
-            self.cache.k[layer, write_page, write_off] = k[0].transpose(0, 1)
-            self.cache.v[layer, write_page, write_off] = v[0].transpose(0, 1)
-            keys = self.cache.k[layer, read_page, read_off].transpose(0, 1)[None]
-            values = self.cache.v[layer, read_page, read_off].transpose(0, 1)[None]
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=causal, scale=self.scales[layer])
+            self.cache.k[layer][write] = k[0].transpose(0, 1)
+            self.cache.v[layer][write] = v[0].transpose(0, 1)
+            keys = self.cache.k[layer][read].transpose(0, 1)[None]
+            values = self.cache.v[layer][read].transpose(0, 1)[None]
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scales[layer])
             hidden = self._finish_block(block, hidden, attn)
-        return self._logits(hidden[:, -1])[0]
+        ends = torch.tensor(list(itertools.accumulate(len(c.token_ids) for c in chunks)), device=device) - 1
+        return self._logits(hidden[0, ends])
 
     @torch.inference_mode()
     def decode(
         self, page_tables: list[list[int]], token_ids: list[int], positions: list[int]
     ) -> torch.Tensor:
         """One token for each sequence at its position; returns logits [batch, vocab] (fp32)."""
+        if self.graphs is not None and len(page_tables) <= self.graphs.max_batch:
+            return self.graphs.decode(page_tables, token_ids, positions)
         batch = len(page_tables)
         ids = torch.tensor(token_ids, device=self.device)[:, None]
         pos = torch.tensor(positions, device=self.device)

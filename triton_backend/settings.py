@@ -19,6 +19,7 @@ _DEFAULTS = {
     "prefill_chunk_tokens": "256",
     "max_n": "8",
     "seed": "0",
+    "cuda_graphs": "true",
 }
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -39,6 +40,7 @@ class ModelSettings:
     prefill_chunk_tokens: int
     max_n: int
     seed: int
+    cuda_graphs: bool  # GPU instances replay decode steps from CUDA graphs (gpu_kernels, graph_decode)
 
 
 def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> ModelSettings:
@@ -66,6 +68,9 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
         errors.append(f"preset: must be one of {', '.join(PRESETS)}, got {raw['preset']!r}")
     if raw["dtype"] not in _DTYPES:
         errors.append(f"dtype: must be one of {', '.join(_DTYPES)}, got {raw['dtype']!r}")
+    flag = raw["cuda_graphs"].strip().lower()
+    if flag not in ("true", "false"):
+        errors.append(f"cuda_graphs: must be true or false, got {raw['cuda_graphs']!r}")
     settings = ModelSettings(
         preset=raw["preset"],
         weights_path=raw["weights_path"],
@@ -75,6 +80,7 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
         prefill_chunk_tokens=integer("prefill_chunk_tokens", 1),
         max_n=integer("max_n", 1),
         seed=integer("seed", 0),
+        cuda_graphs=flag == "true",
     )
     if errors:
         raise InvalidSettings(errors)

@@ -59,7 +59,7 @@ class GPT2Model:
         self._limits = Limits(max_n=max_n)
         self._tokenizer = load_tokenizer()
         engine = Engine(
-            GPT2Runner(model, cache),
+            GPT2Runner(model, cache, graph_batch=settings.max_num_seqs if settings.cuda_graphs else 0),
             token_bytes(),
             SchedulerConfig(
                 prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs

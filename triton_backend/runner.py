@@ -3,7 +3,7 @@
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
 attention is ours, because it reads and writes each sequence's own pages at its own position. That is
 what lets sequences of different lengths decode together in one batch. The gather index of a step is
-built once and serves every layer.
+built once and serves every layer. On a GPU, decode steps replay CUDA graphs instead (graph_decode).
 """
 
 from __future__ import annotations
@@ -67,34 +67,30 @@ class GPT2Runner:
         (the cached history and its chunk so far), nothing of the others.
         """
         device = self.device
-        lists: tuple[list[int], ...] = tuple([] for _ in range(9))
-        ids, positions, query_of, key_page, key_off, key_pos, key_of, write_page, write_off = lists
+        lists: tuple[list[int], ...] = tuple([] for _ in range(6))
+        ids, positions, query_of, key_slot, key_pos, key_of = lists
+        write_slot: list[int] = []
         for index, chunk in enumerate(chunks):
             total = chunk.start + len(chunk.token_ids)
             ids += chunk.token_ids
             positions += range(chunk.start, total)
             query_of += [index] * len(chunk.token_ids)
-            pages = [chunk.pages[p // self.page_size] for p in range(total)]
-            offsets = [p % self.page_size for p in range(total)]
-            key_page += pages
-            key_off += offsets
+            slots = [chunk.pages[p // self.page_size] * self.page_size + p % self.page_size for p in range(total)]
+            key_slot += slots
             key_pos += range(total)
             key_of += [index] * total
-            write_page += pages[chunk.start :]
-            write_off += offsets[chunk.start :]
+            write_slot += slots[chunk.start :]
         pos = torch.tensor(positions, device=device)
         same = torch.tensor(query_of, device=device)[:, None] == torch.tensor(key_of, device=device)[None, :]
         visible = same & (torch.tensor(key_pos, device=device)[None, :] <= pos[:, None])
-        read = torch.tensor(key_page, device=device), torch.tensor(key_off, device=device)
-        write = torch.tensor(write_page, device=device), torch.tensor(write_off, device=device)
+        read, write = torch.tensor(key_slot, device=device), torch.tensor(write_slot, device=device)
         hidden = self._embed(torch.tensor([ids], device=device), pos[None, :])
         for layer, block in enumerate(self.model.transformer.h):
             q, k, v = self._qkv(block, hidden)
-            self.cache.k[layer][write] = k[0].transpose(0, 1)
-            self.cache.v[layer][write] = v[0].transpose(0, 1)
-            keys = self.cache.k[layer][read].transpose(0, 1)[None]
-            values = self.cache.v[layer][read].transpose(0, 1)[None]
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, scale=self.scales[layer])
+            keys, values = self._write_and_read(layer, write, k[0].transpose(0, 1), v[0].transpose(0, 1), read)
+            attn = F.scaled_dot_product_attention(
+                q, keys.transpose(0, 1)[None], values.transpose(0, 1)[None], attn_mask=visible, scale=self.scales[layer]
+            )
             hidden = self._finish_block(block, hidden, attn)
         ends = torch.tensor(list(itertools.accumulate(len(c.token_ids) for c in chunks)), device=device) - 1
         return self._logits(hidden[0, ends])
@@ -115,23 +111,33 @@ class GPT2Runner:
             [t[:width] + [t[0]] * (width - len(t[:width])) for t in page_tables], device=self.device
         )
         every = torch.arange(span, device=self.device)
-        read_page = tables[:, every // self.page_size]  # [batch, span]; past a sequence's end: masked
-        read_off = (every % self.page_size).expand(batch, span)
-        write_page = tables[torch.arange(batch, device=self.device), pos // self.page_size]
-        write_off = pos % self.page_size
+        # [batch, span] cache slots; past a sequence's end they repeat its first page and are masked.
+        read = (tables[:, every // self.page_size] * self.page_size + every % self.page_size).view(-1)
+        write = tables[torch.arange(batch, device=self.device), pos // self.page_size] * self.page_size
+        write = write + pos % self.page_size
         visible = (every[None, :] <= pos[:, None])[:, None, None, :]
         hidden = self._embed(ids, pos[:, None])
         for layer, block in enumerate(self.model.transformer.h):
             q, k, v = self._qkv(block, hidden)
-            self.cache.k[layer, write_page, write_off] = k[:, :, 0]
-            self.cache.v[layer, write_page, write_off] = v[:, :, 0]
-            keys = self.cache.k[layer, read_page, read_off].transpose(1, 2)
-            values = self.cache.v[layer, read_page, read_off].transpose(1, 2)
+            keys, values = self._write_and_read(layer, write, k[:, :, 0], v[:, :, 0], read)
+            shape = (batch, span, self.n_head, self.head_dim)
             attn = F.scaled_dot_product_attention(
-                q, keys, values, attn_mask=visible, scale=self.scales[layer]
-            )
+                q, keys.view(shape).transpose(1, 2), values.view(shape).transpose(1, 2),
+                attn_mask=visible, scale=self.scales[layer],
+            )  # fmt: skip
             hidden = self._finish_block(block, hidden, attn)
         return self._logits(hidden[:, -1])
+
+    def _write_and_read(
+        self, layer: int, write: torch.Tensor, k: torch.Tensor, v: torch.Tensor, read: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store k, v [tokens, heads, dim] at cache slots `write`; gather the slots `read`. A slot is
+        page * page_size + offset: one index over whole rows, which copies far faster than two."""
+        rows = (-1, self.n_head, self.head_dim)
+        k_rows, v_rows = self.cache.k[layer].view(rows), self.cache.v[layer].view(rows)
+        k_rows.index_copy_(0, write, k)
+        v_rows.index_copy_(0, write, v)
+        return k_rows.index_select(0, read), v_rows.index_select(0, read)
 
     def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         transformer = self.model.transformer

@@ -3,7 +3,7 @@
 `paged_decode_attention` stores each sequence's new key and value in its page and attends over its
 cached positions, walking the page table in place: no gathered copy, and a loop bound read on the
 device (the positions), so one launch serves every step of a captured CUDA graph. The new position's
-own key and value come from registers. One program per (sequence, head), 64 positions per iteration.
+own key and value come from registers. One program per (sequence, head), DECODE_BLOCK positions an iteration.
 
 `add_layer_norm` adds a block's output to the residual stream and normalises the sum for the next
 block in one pass: at decode sizes each kernel costs about its launch, so two fewer per layer matter.
@@ -18,6 +18,12 @@ try:
     import triton.language as tl
 except ImportError:  # CPU-only installs: the portable path runs instead
     triton = None
+
+
+# Positions an iteration and warps a program of the attention kernel: the best of a sweep of
+# 16-128 x 1-8 on an H100 (gpt2-xl fp16, context 192; benchmarks/engine_gpu.md).
+DECODE_BLOCK = 16
+DECODE_WARPS = 1
 
 
 def available(device: torch.device) -> bool:
@@ -116,7 +122,7 @@ def paged_decode_attention(
         q, k, v, k_cache, v_cache, out, tables, positions, scale,
         q.stride(0), q.stride(1), k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         tables.stride(0), out.stride(0), out.stride(1),
-        PAGE=k_cache.shape[1], BLOCK=64, DIM=dim,
+        PAGE=k_cache.shape[1], BLOCK=DECODE_BLOCK, DIM=dim, num_warps=DECODE_WARPS,
     )  # fmt: skip
     return out
 

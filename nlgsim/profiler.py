@@ -221,6 +221,9 @@ def measure(
         "reps": reps,
         "load_average": list(os.getloadavg()),
         "startup_measured_as": startup_how,
+        # The eager decode step gathers every sequence's cache up to the longest one (padding); the
+        # graph step reads each sequence's own positions. The simulator prices a step accordingly.
+        "decode_cost_context": "mean" if runner.graphs is not None else "max",
     }
     return EngineProfile(
         hardware=hardware,

@@ -15,7 +15,8 @@ It follows the real engine step for step (``triton_backend/scheduler.py`` and ``
    request finishes with its last choice.
 
 Everything a step produces is emitted when the step ends, as the engine does. Step duration is
-``decode_step_s(batch, mean context)`` plus the prefill cost of each chunk, ``P(end) - P(start)`` of
+``decode_step_s(batch, context)`` (the mean context, or the longest where the profile says its engine
+pads attention to it: ``extra.decode_cost_context``) plus the prefill cost of each chunk, ``P(end) - P(start)`` of
 the profile's prefill curve P. The engine steps back to back while it has work, so every decoded
 token's inter-token latency is the duration of the step that made it.
 """
@@ -112,7 +113,7 @@ class Replica:
         t = now
         self._decoded = len(self.running)
         if self._decoded:
-            t += p.decode_step_s(self._decoded, self._sum_ctx / self._decoded)
+            t += p.decode_step_s(self._decoded, self._decode_context())
         budget = p.prefill_chunk_tokens
         self._chunks = []
         for state in self.prefilling:
@@ -166,6 +167,13 @@ class Replica:
         # Pages hold what is cached: the running choices' contexts and the prompts prefilled so far.
         cached = self._sum_ctx + sum(s.prefilled for s in self.prefilling)
         m.kv_cache_usage = min(1.0, cached / self.profile.page_size / self.profile.total_pages)
+
+    def _decode_context(self) -> float:
+        """The context a decode step costs as: the running choices' mean, or their longest where the
+        profile's engine pads every sequence's attention to it (the eager path)."""
+        if self.profile.extra.get("decode_cost_context") == "max":
+            return float(max(c.context_at_finish - (c.finish_step - self._step) for c in self.running))
+        return self._sum_ctx / self._decoded
 
     def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
         req = state.request

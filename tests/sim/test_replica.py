@@ -126,3 +126,24 @@ def test_gauges_while_busy():
     assert (r.metrics.requests_running, r.metrics.requests_waiting) == (2, 1)
     # 2 x 11 cached tokens in pages of 16, of 2 x 64 pages (room for max_batch full contexts)
     assert r.metrics.kv_cache_usage == pytest.approx(22 / 16 / 128)
+
+
+@pytest.mark.parametrize(("cost_context", "priced_at"), [("mean", 55), ("max", 100)])
+def test_decode_step_is_priced_at_the_mean_or_the_longest_context(cost_context, priced_at):
+    """decode(b, c) = 10 ms + 1 us x b x c. After one prefill step, two choices decode together at
+    contexts 10 and 100: the graph path pays for their mean, the eager path pads the short one to the
+    longest."""
+    from dataclasses import replace
+
+    from nlgsim.profile import linear_profile
+
+    profile = linear_profile(
+        step_base_s=0.010, step_per_seq_s=0.0, step_per_ctx_token_s=0.000001,
+        prefill_base_s=0.0, prefill_per_token_s=0.0, max_batch=2,
+    )  # fmt: skip
+    replica = Replica(0, replace(profile, extra={"decode_cost_context": cost_context}), lambda s, t: None)
+    replica.submit(RequestState(req(0, 0.0, 9, 4)))
+    replica.submit(RequestState(req(1, 0.0, 99, 4)))
+    prefilled = replica.start(0.0)
+    replica.finish(prefilled)
+    assert replica.start(prefilled) - prefilled == pytest.approx(0.010 + 0.000001 * 2 * priced_at)

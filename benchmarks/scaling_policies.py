@@ -507,8 +507,10 @@ class ThesisRun:
 
 
 def claims(ratios: dict[str, Any]) -> str:
-    r20 = ratios["pertoken:20"]
-    first = max(ratios[f"pertoken:{t}"]["first_scale"] for t in THESIS_THRESHOLDS)
+    # The lowest per-token threshold plays the thesis's 20 ms (on the CPU profile they are scaled by k).
+    pertoken = sorted((key for key in ratios if key.startswith("pertoken:")), key=lambda key: float(key[9:]))
+    r20 = ratios[pertoken[0]]
+    first = max(ratios[key]["first_scale"] for key in pertoken)
     rows = [
         ("violations, request / per-token 20 ms", "2.1x", f"{ratio_text(r20['violations'])}x",
          r20["violations"] >= THESIS["violations"]),

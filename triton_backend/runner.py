@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
-from triton_backend import gpu_kernels
-from triton_backend.graph_decode import GraphDecoder
 from triton_backend.kv_cache import CacheShape, PagedKVCache
+
+if TYPE_CHECKING:
+    from triton_backend.graph_decode import GraphDecoder
 
 
 def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
@@ -55,8 +56,14 @@ class GPT2Runner:
         by_layer = config.scale_attn_by_inverse_layer_idx
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
         self.graphs: GraphDecoder | None = None
-        if graph_batch > 0 and gpu_kernels.available(self.device):
-            self.graphs = GraphDecoder(model, cache, self.scales, graph_batch)
+        if graph_batch > 0 and self.device.type == "cuda":
+            # Imported here: the `triton` package it loads must stay out of CPU-only model processes
+            # (in Triton's Python backend stub it made the server crash when an instance was finalized).
+            from triton_backend import gpu_kernels
+            from triton_backend.graph_decode import GraphDecoder
+
+            if gpu_kernels.available(self.device):
+                self.graphs = GraphDecoder(model, cache, self.scales, graph_batch)
 
     @torch.inference_mode()
     def prefill(self, chunks: list[PrefillInput]) -> torch.Tensor:

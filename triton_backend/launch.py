@@ -10,8 +10,10 @@ packages through PYTHONPATH.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import site
 import socket
 import subprocess
@@ -137,8 +139,13 @@ class TritonServer:
         else:
             log = tempfile.NamedTemporaryFile(prefix="tritonserver-", suffix=".log")  # noqa: SIM115
         self._log = log
+        # A session of its own: stop() can then end the backend stubs too, which outlive a crashed server.
         self.process = subprocess.Popen(
-            server_command(self.model_repository, args), env=self._env, stdout=log, stderr=subprocess.STDOUT
+            server_command(self.model_repository, args),
+            env=self._env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         try:
             self._wait_ready()
@@ -152,13 +159,16 @@ class TritonServer:
         return Path(self._log.name).read_text(errors="replace")
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            if self.process.poll() is None:
+                self.process.terminate()
+                try:
+                    self.process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)  # stubs left behind by a crash
         self._log.close()
 
     def __enter__(self) -> TritonServer:

@@ -3,8 +3,9 @@
 This module owns reading ``GET /v2/models/<model>/config`` and reloading the model with
 ``POST /v2/repository/models/<model>/load`` whose ``parameters.config`` is that configuration with a
 new ``instance_group`` count. The server must run with ``--model-control-mode=explicit``. Triton loads
-the new instances before it retires the old ones, and an old instance is unloaded only after its
-in-flight requests finish, so a scale-in cuts no stream.
+the new instances before it retires the old ones. Known hazard: tritonserver 2.51 has been seen to
+segfault in the Python backend while retiring an instance whose decoupled streams are still in flight
+(tests/autoscaler/test_triton_scaling.py); scale-in when the model is idle is safe.
 
 "Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
 several groups is refused, since which group to grow would be a guess).

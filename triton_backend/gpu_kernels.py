@@ -26,8 +26,9 @@ DECODE_BLOCK = 16
 DECODE_WARPS = 1
 
 
-def available(device: torch.device) -> bool:
-    return triton is not None and device.type == "cuda"
+def available() -> bool:
+    """Whether the `triton` package is installed (CUDA builds of torch bring it)."""
+    return triton is not None
 
 
 if triton is not None:

@@ -57,12 +57,11 @@ class GPT2Runner:
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
         self.graphs: GraphDecoder | None = None
         if graph_batch > 0 and self.device.type == "cuda":
-            # Imported here: the `triton` package it loads must stay out of CPU-only model processes
-            # (in Triton's Python backend stub it made the server crash when an instance was finalized).
+            # Imported here: CPU-only processes need neither the kernels nor their compilation.
             from triton_backend import gpu_kernels
             from triton_backend.graph_decode import GraphDecoder
 
-            if gpu_kernels.available(self.device):
+            if gpu_kernels.available():
                 self.graphs = GraphDecoder(model, cache, self.scales, graph_batch)
 
     @torch.inference_mode()

@@ -30,14 +30,12 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_throughput import prompts, quantiles  # noqa: E402
+from engine_throughput import drive, prompts, quantiles  # noqa: E402
 
 from triton_backend.engine import Engine  # noqa: E402
 from triton_backend.kv_cache import PagedKVCache  # noqa: E402
-from triton_backend.metrics import Observations, RequestTracker  # noqa: E402
 from triton_backend.presets import build_model  # noqa: E402
 from triton_backend.runner import GPT2Runner, cache_shape  # noqa: E402
-from triton_backend.sampling_params import SamplingParams  # noqa: E402
 from triton_backend.scheduler import SchedulerConfig  # noqa: E402
 from triton_backend.tokenizer import token_bytes  # noqa: E402
 
@@ -130,19 +128,7 @@ def engine_run(
     model: Any, roof: Roofline, streams: int, prompt: int, output: int, graphs: bool, chunk: int
 ) -> dict[str, Any]:
     engine = make_engine(model, streams, graphs, chunk)
-    engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
-    while engine.has_work:
-        engine.step()
-    params = SamplingParams(max_tokens=output, temperature=0.0, ignore_eos=True)
-    tracker, seen = RequestTracker(), Observations()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for i, ids in enumerate(prompts(streams, prompt)):
-        engine.add(str(i), ids, params, arrival=start)
-    while engine.has_work:
-        for out in engine.step():
-            tracker.observe(out, seen)
-    elapsed = time.perf_counter() - start
+    seen, elapsed = drive(engine, streams, prompt, output, sync=torch.cuda.synchronize)
     del engine
     torch.cuda.empty_cache()
     tokens = seen.generation_tokens

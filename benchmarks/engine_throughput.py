@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
@@ -54,6 +55,26 @@ def quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
+def drive(
+    engine: Engine, streams: int, prompt: int, output: int, sync: Callable[[], None] = lambda: None
+) -> tuple[Observations, float]:
+    """Warm the engine up, then run `streams` requests arriving at once to completion; returns what
+    the serving metrics would observe and the seconds it took. `sync` waits for the device."""
+    engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
+    while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
+        engine.step()
+    params = SamplingParams(max_tokens=output, temperature=0.0, ignore_eos=True)
+    tracker, seen = RequestTracker(), Observations()
+    sync()
+    start = time.perf_counter()
+    for i, ids in enumerate(prompts(streams, prompt)):
+        engine.add(str(i), ids, params, arrival=start)
+    while engine.has_work:
+        for out in engine.step():
+            tracker.observe(out, seen)
+    return seen, time.perf_counter() - start
+
+
 def run_own(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
     model, _ = build_model(preset, None, CPU, torch.float32)
     shape = cache_shape(model)
@@ -65,18 +86,7 @@ def run_own(preset: str, streams: int, prompt: int, output: int) -> dict[str, An
         SchedulerConfig(max_num_seqs=max(streams, 1)),
         time.perf_counter,
     )
-    params = SamplingParams(max_tokens=output, temperature=0.0, ignore_eos=True)
-    engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
-    while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
-        engine.step()
-    tracker, seen = RequestTracker(), Observations()
-    start = time.perf_counter()
-    for i, ids in enumerate(prompts(streams, prompt)):
-        engine.add(str(i), ids, params, arrival=start)
-    while engine.has_work:
-        for out in engine.step():
-            tracker.observe(out, seen)
-    elapsed = time.perf_counter() - start
+    seen, elapsed = drive(engine, streams, prompt, output)
     return summary(
         seen.generation_tokens,
         elapsed,

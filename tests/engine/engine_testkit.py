@@ -33,10 +33,17 @@ def tiny_model() -> GPT2LMHeadModel:
     return model
 
 
-def make_engine(model: GPT2LMHeadModel, pages: int = 512, chunk: int = 256, max_num_seqs: int = 64) -> Engine:
-    cache = PagedKVCache(cache_shape(model), pages, CPU)
+def make_engine(
+    model: GPT2LMHeadModel,
+    pages: int = 512,
+    chunk: int = 256,
+    max_num_seqs: int = 64,
+    device: torch.device = CPU,
+    graph_batch: int = 0,
+) -> Engine:
+    cache = PagedKVCache(cache_shape(model), pages, device)
     config = SchedulerConfig(prefill_chunk_tokens=chunk, max_num_seqs=max_num_seqs)
-    return Engine(GPT2Runner(model, cache), token_bytes(), config, FakeClock())
+    return Engine(GPT2Runner(model, cache, graph_batch=graph_batch), token_bytes(), config, FakeClock())
 
 
 @dataclass

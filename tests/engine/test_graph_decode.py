@@ -13,15 +13,11 @@ import sys
 
 import pytest
 import torch
-from engine_testkit import FakeClock, ids_of, run
+from engine_testkit import ids_of, make_engine, run
 
 from triton_backend.engine import Engine
-from triton_backend.kv_cache import PagedKVCache
 from triton_backend.presets import build_model
-from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import token_bytes
 
 pytest.importorskip("triton")
 CUDA = torch.cuda.is_available()
@@ -93,11 +89,12 @@ def test_kernels_match_references_on_the_gpu(dtype, bound):
 
 
 def gpu_engine(model, graphs: bool, max_num_seqs: int = 4) -> Engine:
-    cache = PagedKVCache(cache_shape(model), 256, torch.device("cuda"))
-    runner = GPT2Runner(model, cache, graph_batch=max_num_seqs if graphs else 0)
-    assert (runner.graphs is not None) == graphs
-    config = SchedulerConfig(prefill_chunk_tokens=16, max_num_seqs=max_num_seqs)
-    return Engine(runner, token_bytes(), config, FakeClock())
+    engine = make_engine(
+        model, pages=256, chunk=16, max_num_seqs=max_num_seqs,
+        device=torch.device("cuda"), graph_batch=max_num_seqs if graphs else 0,
+    )  # fmt: skip
+    assert (engine.runner.graphs is not None) == graphs
+    return engine
 
 
 @gpu

@@ -108,7 +108,7 @@ class App:
         if spec.kind == "kubernetes":
             return DeploymentScaler(k8s.AppsV1Api(self.kube()), spec.namespace)
         if spec.kind == "triton":
-            return TritonInstanceScaler(spec.triton_url)
+            return TritonInstanceScaler(spec.triton_url, spec.triton_metrics_url)
         return RecordingActuator(initial=max(1, config.scaler.min_deployment_count))
 
     def _elector(self, config: AutoscalerConfig) -> LeaseElector | None:

@@ -162,12 +162,15 @@ class ActuatorSpec:
     deployment: str = "triton"
     namespace: str = "default"
     triton_url: str = "http://127.0.0.1:8000"
+    # The same server's metrics: a scale-in waits until the model has no request in flight there.
+    triton_metrics_url: str = "http://127.0.0.1:8002/metrics"
 
     def validate(self, path: str = "actuator") -> list[str]:
         errors = s.one_of(f"{path}.kind", self.kind, ("kubernetes", "triton", "none"))
         errors += s.k8s_name(f"{path}.deployment", self.deployment)
         errors += s.k8s_name(f"{path}.namespace", self.namespace)
         errors += s.http_url(f"{path}.triton_url", self.triton_url)
+        errors += s.http_url(f"{path}.triton_metrics_url", self.triton_metrics_url)
         return errors
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from autoscaler.actuate import ActuationError, Actuator
+from autoscaler.actuate import ActuationError, Actuator, Deferred
 from autoscaler.aggregate import WindowStats
 from autoscaler.collect import SourceError, WindowSource
 from autoscaler.config import Registration, ScalerSpec, to_dict
@@ -206,7 +206,9 @@ class Controller:
         if note:
             decision = replace(decision, reason=note + decision.reason)
         if decision.desired != observed.replicas:
-            actual = self._actuate(target, decision, observed.replicas)
+            actual, deferred = self._actuate(target, decision, observed.replicas)
+            if deferred:
+                decision = replace(decision, reason=f"{decision.reason}; deferred: {deferred}")
             if actual != decision.desired:
                 new_state = replace(new_state, replicas=actual, events=state.events)
             target.replicas = actual
@@ -217,14 +219,18 @@ class Controller:
         target.history.append((now, decision))
         self.telemetry.decided(model, decision)
 
-    def _actuate(self, target: Target, decision: Decision, observed: int) -> int:
+    def _actuate(self, target: Target, decision: Decision, observed: int) -> tuple[int, str]:
+        """The replicas the target has after acting, and why the actuator put the change off ("" if not)."""
         try:
-            return self.actuator.scale(target.scale_target, decision.desired, expected=observed)
+            return self.actuator.scale(target.scale_target, decision.desired, expected=observed), ""
+        except Deferred as e:
+            self.telemetry.deferred.labels(target.model_id).inc()
+            return observed, str(e)
         except ActuationError as e:
             self.telemetry.actuation_errors.labels(target.model_id).inc()
             target.last_error = str(e)
             log.warning("%s: %s", target.model_id, e)
-            return observed
+            return observed, ""
 
     def run(
         self, stop: threading.Event, interval: Callable[[], float], before_round: Callable[[], None]

@@ -17,6 +17,7 @@ nlg_autoscaler_decisions_total                counter    model, direction (up/do
 nlg_autoscaler_scrape_errors_total            counter    model, source (direct/prometheus)
 nlg_autoscaler_actuation_errors_total         counter    model
 nlg_autoscaler_external_changes_total         counter    model
+nlg_autoscaler_deferred_total                 counter    model
 nlg_autoscaler_loop_duration_seconds          histogram
 nlg_autoscaler_is_leader                      gauge
 ============================================  =========  ==============================
@@ -80,6 +81,10 @@ class Telemetry:
             "nlg_autoscaler_external_changes", "Replica changes made outside the autoscaler", ["model"],
             registry=registry,
         )  # fmt: skip
+        self.deferred = Counter(
+            "nlg_autoscaler_deferred", "Changes the actuator put off (in-place scale-in of a busy model)",
+            ["model"], registry=registry,
+        )  # fmt: skip
         self.loop_duration = Histogram(
             "nlg_autoscaler_loop_duration_seconds", "One collect-decide-actuate round over all targets",
             buckets=_LOOP_BUCKETS, registry=registry,
@@ -96,6 +101,7 @@ class Telemetry:
         self.scrape_errors.labels(model, source)
         self.actuation_errors.labels(model)
         self.external_changes.labels(model)
+        self.deferred.labels(model)
         for signal, target in targets.items():
             self.signal_target.labels(model, signal).set(target)
 

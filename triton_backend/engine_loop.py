@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -32,13 +33,21 @@ class _Abort:
     request_id: str
 
 
-_STOP = object()
+@dataclass(frozen=True)
+class _Stop:
+    drain_seconds: float
 
 
 class EngineLoop:
-    def __init__(self, engine: Engine, sink: Callable[[RequestOutput], None]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        sink: Callable[[RequestOutput], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._engine = engine
         self._sink = sink
+        self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stats = engine.stats()
         self._thread = threading.Thread(target=self._run, name="nlg-engine", daemon=True)
@@ -55,30 +64,34 @@ class EngineLoop:
     def stats(self) -> EngineStats:
         return self._stats
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Cancel whatever is in flight (each gets its final output) and end the thread."""
-        self._inbox.put(_STOP)
-        self._thread.join(timeout)
+    def stop(self, drain_seconds: float = 0.0, timeout: float = 30.0) -> None:
+        """Lets the streams in flight finish for up to ``drain_seconds``, cancels what is left (each
+        gets its final output) and ends the thread; waits at most ``timeout`` beyond the drain."""
+        self._inbox.put(_Stop(drain_seconds))
+        self._thread.join(drain_seconds + timeout)
 
     def _run(self) -> None:
-        running = True
-        while running:
-            block = not self._engine.has_work
+        stop_at: float | None = None
+        while True:
+            block = stop_at is None and not self._engine.has_work
             while True:
                 try:
                     command = self._inbox.get(block=block)
                 except queue.Empty:
                     break
                 block = False
-                if command is _STOP:
-                    running = False
-                    break
-                self._apply(command)
-            if running and self._engine.has_work:
+                if isinstance(command, _Stop):
+                    stop_at = self._clock() + command.drain_seconds
+                else:
+                    self._apply(command)
+            if stop_at is not None and (not self._engine.has_work or self._clock() >= stop_at):
+                break
+            if self._engine.has_work:
                 self._step()
             self._stats = self._engine.stats()
         for request_id in self._engine.in_flight():
             self._abort(request_id)
+        self._stats = self._engine.stats()
 
     def _apply(self, command: object) -> None:
         if isinstance(command, _Add):

@@ -20,6 +20,7 @@ _DEFAULTS = {
     "max_n": "8",
     "seed": "0",
     "cuda_graphs": "true",
+    "drain_seconds": "30",
 }
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -41,6 +42,7 @@ class ModelSettings:
     max_n: int
     seed: int
     cuda_graphs: bool  # GPU instances replay decode steps from CUDA graphs (gpu_kernels, graph_decode)
+    drain_seconds: int  # a retiring instance lets its streams finish for this long before cancelling them
 
 
 def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> ModelSettings:
@@ -81,6 +83,7 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
         max_n=integer("max_n", 1),
         seed=integer("seed", 0),
         cuda_graphs=flag == "true",
+        drain_seconds=integer("drain_seconds", 0),
     )
     if errors:
         raise InvalidSettings(errors)

@@ -15,9 +15,13 @@ from triton_backend.sequence import FinishReason
 
 
 class TritonMetrics:
-    def __init__(self, pb_utils: Any, model: str, version: str, info: ModelInfo) -> None:
+    def __init__(self, pb_utils: Any, model: str, version: str, instance: str, info: ModelInfo) -> None:
         family = pb_utils.MetricFamily
         labels = {"model": model, "version": version}
+        # Instances of a model share a series when their labels match: counters and histograms add
+        # up there, but a gauge would hold whichever instance set it last. Gauges name the instance.
+        # Not "instance": Prometheus gives every target that label.
+        own = {**labels, "model_instance": instance}
         # A family must outlive its metrics, so every family is kept on the object.
         self._families: list[Any] = []
 
@@ -29,7 +33,7 @@ class TritonMetrics:
             return new_family(name, doc, family.HISTOGRAM).Metric(labels=labels, buckets=list(buckets))
 
         def single(name: str, doc: str, kind: Any) -> Any:
-            return new_family(name, doc, kind).Metric(labels=labels)
+            return new_family(name, doc, kind).Metric(labels=own if kind == family.GAUGE else labels)
 
         self.request_latency = histogram(
             "nlg_request_latency_seconds", "Arrival to final response of finished requests", LATENCY_BUCKETS
@@ -64,7 +68,7 @@ class TritonMetrics:
         # An info metric (value 1): what this instance serves, random weights included, in plain sight.
         new_family("nlg_model_info", "What the instance serves", family.GAUGE).Metric(
             labels={
-                **labels,
+                **own,
                 "preset": info.preset,
                 "weights": "random" if info.random_weights else info.source,
                 "dtype": info.dtype,

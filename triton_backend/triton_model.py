@@ -2,7 +2,9 @@
 
 initialize() builds the engine for this instance's device; execute() validates each request, hands
 it to the engine thread and returns at once; the response thread sends everything back. finalize()
-stops the engine (each request in flight gets its final response) and then the response thread.
+lets the streams in flight finish (up to ``drain_seconds``; Triton retires an instance when the
+autoscaler scales in, and the streams it holds must not be cut), cancels what is left (each gets its
+final response) and then stops the response thread.
 """
 
 from __future__ import annotations
@@ -67,9 +69,12 @@ class GPT2Model:
             clock=time.monotonic,
             seed=settings.seed,
         )
-        metrics = TritonMetrics(pb_utils, args["model_name"], args["model_version"], info)
+        metrics = TritonMetrics(
+            pb_utils, args["model_name"], args["model_version"], args.get("model_instance_name", ""), info
+        )
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
         self._engine = EngineLoop(engine, self._responses.put)
+        self._drain_seconds = settings.drain_seconds
         self._ids = itertools.count()
         self._responses.start()
         self._engine.start()
@@ -103,7 +108,7 @@ class GPT2Model:
             self._engine.add(request_id, parsed.prompt_ids, parsed.params, arrival)
 
     def finalize(self) -> None:
-        self._engine.stop()
+        self._engine.stop(drain_seconds=self._drain_seconds)
         self._responses.stop()
 
     def _engine_stats(self) -> Any:

@@ -25,6 +25,13 @@ class ActuationError(RuntimeError):
     """The target could not be read or changed; the message names it and says why."""
 
 
+class Deferred(RuntimeError):
+    """The actuator will not make this change yet (the message says why); the next round asks again.
+
+    Not an error: nothing failed, the target keeps its replicas and the decision stands.
+    """
+
+
 @dataclass(frozen=True)
 class Observed:
     """The target's replicas now; ``external`` when they differ from what this actuator last set."""

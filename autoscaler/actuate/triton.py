@@ -3,9 +3,18 @@
 This module owns reading ``GET /v2/models/<model>/config`` and reloading the model with
 ``POST /v2/repository/models/<model>/load`` whose ``parameters.config`` is that configuration with a
 new ``instance_group`` count. The server must run with ``--model-control-mode=explicit``. Triton loads
-the new instances before it retires the old ones. Known hazard: tritonserver 2.51 has been seen to
-segfault in the Python backend while retiring an instance whose decoupled streams are still in flight
-(tests/autoscaler/test_triton_scaling.py); scale-in when the model is idle is safe.
+the new instances before it retires the old ones.
+
+Scale-in waits for an idle model. Triton picks which instance to retire, cannot stop routing to it
+first, and tritonserver 2.51's Python backend segfaults (``TRITONBACKEND_ModelInstanceFinalize``)
+when it retires an instance whose decoupled streams are still open: the whole server, every stream
+with it. So a scale-in is carried out only when the model's ``nlg_requests_running`` and
+``nlg_requests_waiting`` gauges (summed over its instances, read from Triton's metrics endpoint) are
+zero in two reads ``confirm_idle`` seconds apart (the model publishes them every 0.1 s, so a request
+accepted just before the first read shows in the second); otherwise
+:class:`~autoscaler.actuate.Deferred` and the next round asks again. Under unbroken traffic the
+model keeps its instances: an extra instance costs memory, a crash costs every stream. A request
+that arrives between the second read and the reload is the remaining window. Scale-out never waits.
 
 "Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
 several groups is refused, since which group to grow would be a guess).
@@ -15,20 +24,34 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from typing import Any
 
 import httpx
 
-from autoscaler.actuate import ActuationError, LastSet, Observed
+from autoscaler.actuate import ActuationError, Deferred, LastSet, Observed
+from autoscaler.collect.exposition import ExpositionError, parse_exposition
 
 log = logging.getLogger(__name__)
 
 
 class TritonInstanceScaler:
-    """Scales models of the Triton server at ``base_url`` (its HTTP port); ``target`` is the model."""
+    """Scales models of the Triton server at ``base_url`` (its HTTP port); ``target`` is the model.
 
-    def __init__(self, base_url: str, timeout: float = 10.0, load_timeout: float = 300.0) -> None:
+    ``metrics_url`` is the same server's metrics endpoint, read before a scale-in.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        metrics_url: str,
+        timeout: float = 10.0,
+        load_timeout: float = 300.0,
+        confirm_idle: float = 0.25,
+    ) -> None:
         self._base = base_url.rstrip("/")
+        self._metrics_url = metrics_url
+        self._confirm_idle = confirm_idle
         self._http = httpx.Client(timeout=timeout)
         self._load_timeout = load_timeout
         self._last = LastSet()
@@ -81,6 +104,16 @@ class TritonInstanceScaler:
             )  # fmt: skip
             self._last.remember(target, current)
             return current
+        if replicas < current:
+            busy = self._in_flight(target)
+            if not busy:
+                time.sleep(self._confirm_idle)
+                busy = self._in_flight(target)
+            if busy:
+                raise Deferred(
+                    f"scale-in of model {target!r} to {replicas} waits: {busy:g} requests in flight "
+                    f"(Triton cannot retire an instance with open streams safely)"
+                )
         group["count"] = replicas
         url = f"{self._base}/v2/repository/models/{target}/load"
         body = {"parameters": {"config": json.dumps(config)}}
@@ -96,6 +129,23 @@ class TritonInstanceScaler:
         self._last.remember(target, replicas)
         log.info("model %r instances %d -> %d", target, current, replicas)
         return replicas
+
+    def _in_flight(self, model: str) -> float:
+        try:
+            response = self._http.get(self._metrics_url)
+            response.raise_for_status()
+            gauges = parse_exposition(response.text, model).gauges
+        except (httpx.HTTPError, ExpositionError) as e:
+            raise ActuationError(
+                f"cannot tell whether model {model!r} is idle before a scale-in ({self._metrics_url}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if "running" not in gauges:
+            raise ActuationError(
+                f"{self._metrics_url} has no nlg_requests_running series for model {model!r}; "
+                f"scale-in needs it to know the model is idle"
+            )
+        return gauges["running"] + gauges.get("waiting", 0.0)
 
     def close(self) -> None:
         self._http.close()

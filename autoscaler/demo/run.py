@@ -71,7 +71,9 @@ def demo_config(args: argparse.Namespace, server: TritonServer, threshold: float
             scale_down=RateLimit(max_pods=1, max_percent=0, period=args.interval),
         ),
         source=SourceSpec(kind="direct", static_targets=(metrics_target,), timeout=2.0),
-        actuator=ActuatorSpec(kind="triton", triton_url=f"http://{server.http_url}"),
+        actuator=ActuatorSpec(
+            kind="triton", triton_url=f"http://{server.http_url}", triton_metrics_url=server.metrics_url
+        ),
         loop=LoopSpec(interval=args.interval),
         api=ApiSpec(port=0),
         metrics=MetricsSpec(port=0),

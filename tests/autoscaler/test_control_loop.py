@@ -9,7 +9,7 @@ from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
-from autoscaler.actuate import RecordingActuator
+from autoscaler.actuate import Deferred, RecordingActuator
 from autoscaler.actuate.kubernetes import DeploymentScaler
 from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.config import RateLimit, Registration, ScalerSpec
@@ -126,6 +126,36 @@ def test_actuation_errors_are_counted(pod, cluster):
     ctl.run_once()
     assert value(registry, "nlg_autoscaler_actuation_errors_total", model="gpt2") == 1
     assert "HTTP 404" in ctl.view("gpt2")["last_error"]
+
+
+class BusyModel(RecordingActuator):
+    """Triton's in-place actuator in miniature: scale-in is put off while requests are in flight."""
+
+    def __init__(self, initial: int) -> None:
+        super().__init__(initial)
+        self.in_flight = 0
+
+    def scale(self, target: str, replicas: int, expected: int) -> int:
+        if replicas < expected and self.in_flight:
+            raise Deferred(f"{self.in_flight} requests in flight")
+        return super().scale(target, replicas, expected)
+
+
+def test_a_deferred_scale_in_keeps_the_replicas_and_is_asked_again(pod):
+    clock = FakeClock()
+    actuator = BusyModel(initial=3)
+    ctl, registry = controller_for(pod, actuator, clock)
+    actuator.in_flight = 2
+    run_until(ctl, clock, pod, 30)  # idle past the stabilization window, but streams are open
+    assert actuator.observe("triton").replicas == 3
+    assert value(registry, "nlg_autoscaler_deferred_total", model="gpt2") >= 1
+    assert value(registry, "nlg_autoscaler_actuation_errors_total", model="gpt2") == 0
+    last = ctl.view("gpt2")["decisions"][0]
+    assert "deferred: 2 requests in flight" in last["reason"]
+    assert ctl.view("gpt2")["last_error"] is None
+    actuator.in_flight = 0  # the streams finish
+    run_until(ctl, clock, pod, 5)
+    assert actuator.observe("triton").replicas == 2  # one pod per 5 s, as the scale-down limit says
 
 
 def test_only_the_leader_acts(pod, cluster):

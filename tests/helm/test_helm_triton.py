@@ -54,6 +54,14 @@ def test_grace_period_outlasts_drain_and_the_longest_stream(render, drain, longe
     # ...then SIGTERM: tritonserver stops taking requests and waits for in-flight streams this long.
     assert f"--exit-timeout-secs={longest_stream}" in triton["args"]
     assert spec["terminationGracePeriodSeconds"] > drain + longest_stream
+    # An instance retired by an in-place scale-in lets its streams run as long as the server would.
+    assert env_of(triton)["NLG_DRAIN_SECONDS"] == str(longest_stream)
+
+
+def test_model_settings_name_their_own_drain(render):
+    values = {"model": {"settings": {"drain_seconds": 5}}}
+    env = container(triton_pod(render, values=values), "triton")["env"]
+    assert [e["value"] for e in env if e["name"] == "NLG_DRAIN_SECONDS"] == ["5"]
 
 
 def test_server_flags_and_ports(render):
@@ -131,6 +139,7 @@ def test_model_settings_become_nlg_variables(render):
         "NLG_PRESET": "gpt2-xl",
         "NLG_DTYPE": "float16",
         "NLG_MAX_NUM_SEQS": "32",
+        "NLG_DRAIN_SECONDS": "120",  # triton.drain.maxStreamSeconds unless a setting names it
     }
 
 

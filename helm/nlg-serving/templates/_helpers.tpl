@@ -83,7 +83,8 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "kind" $a.actuator.kind
     "deployment" $triton
     "namespace" $ns
-    "triton_url" (printf "http://%s.%s.svc:%v" $triton $ns .Values.service.ports.http))
+    "triton_url" (printf "http://%s.%s.svc:%v" $triton $ns .Values.service.ports.http)
+    "triton_metrics_url" (printf "http://%s.%s.svc:%v/metrics" $triton $ns .Values.service.ports.metrics))
   "loop" (dict "interval" (float64 $a.loop.interval))
   "leader_election" (dict
     "enabled" $a.leader_election.enabled

@@ -75,13 +75,13 @@ def drive(
     return seen, time.perf_counter() - start
 
 
-def run_own(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+def run_own(preset: str, streams: int, prompt: int, output: int, pack_cpu: bool = True) -> dict[str, Any]:
     model, _ = build_model(preset, None, CPU, torch.float32)
     shape = cache_shape(model)
     budget = shape.bytes_per_page * shape.pages_for(prompt + output) * streams
     cache = PagedKVCache(shape, max(pages_for_budget(shape, budget, 0), shape.pages_per_sequence), CPU)
     engine = Engine(
-        GPT2Runner(model, cache),
+        GPT2Runner(model, cache, pack_cpu=pack_cpu),
         token_bytes(),
         SchedulerConfig(max_num_seqs=max(streams, 1)),
         time.perf_counter,
@@ -168,9 +168,7 @@ def run_triton(preset: str, streams: int, prompt: int, output: int) -> dict[str,
     return summary(tokens, elapsed, [r[0] for r in results], [r[1] / max(r[2], 1) for r in results], [])
 
 
-def summary(
-    tokens: int, elapsed: float, ttft: list[float], tpot: list[float], itl: list[float]
-) -> dict[str, Any]:
+def summary(tokens: int, elapsed: float, ttft: list[float], tpot: list[float], itl: list[float]) -> dict[str, Any]:
     return {
         "tokens": tokens,
         "seconds": elapsed,
@@ -182,8 +180,14 @@ def summary(
     }
 
 
+def run_own_addmm(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    """Our engine with transformers' own projections (MKL's addmm): the path oneDNN packing replaced."""
+    return run_own(preset, streams, prompt, output, pack_cpu=False)
+
+
 WORKERS = {
     "own": run_own,
+    "own-addmm": run_own_addmm,
     "hf-sequential": run_hf_sequential,
     "hf-continuous": run_hf_continuous,
     "triton": run_triton,
@@ -237,9 +241,7 @@ def report(args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", choices=WORKERS)
     parser.add_argument("--preset", default="gpt2")
     parser.add_argument("--streams", type=int, nargs="+", default=[1, 4, 16, 64])
@@ -260,10 +262,8 @@ def main() -> int:
         )
     ]
     rows += [("own", n, measure("own", args.preset, n, args.prompt, args.output)) for n in args.streams]
-    for worker in ("hf-continuous", "triton"):
-        rows.append(
-            (worker, args.compare_at, measure(worker, args.preset, args.compare_at, args.prompt, args.output))
-        )
+    for worker in ("own-addmm", "hf-continuous", "triton"):
+        rows.append((worker, args.compare_at, measure(worker, args.preset, args.compare_at, args.prompt, args.output)))
     text = report(args, rows)
     print(text)
     if args.report:

@@ -3,7 +3,9 @@
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
 attention is ours, because it reads and writes each sequence's own pages at its own position. That is
 what lets sequences of different lengths decode together in one batch. The gather index of a step is
-built once and serves every layer. On a GPU, decode steps replay CUDA graphs instead (graph_decode).
+built once and serves every layer. On a GPU, decode steps replay CUDA graphs instead (graph_decode);
+on the CPU in float32 the projections and the LM head run through oneDNN with packed weights
+(cpu_linear), swapped into the model when the runner is built.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
+from triton_backend import cpu_linear
 from triton_backend.kv_cache import CacheShape, PagedKVCache
 
 if TYPE_CHECKING:
@@ -42,9 +45,20 @@ class PrefillInput:
 
 class GPT2Runner:
     """`graph_batch` > 0 on a CUDA device: decode steps of up to that many sequences replay CUDA graphs
-    (`graph_decode`); otherwise, and on the CPU, they run eagerly over a gathered cache."""
+    (`graph_decode`); otherwise, and on the CPU, they run eagerly over a gathered cache.
 
-    def __init__(self, model: GPT2LMHeadModel, cache: PagedKVCache, graph_batch: int = 0) -> None:
+    The runner owns `model` from then on: on the CPU in float32 (and with `pack_cpu`) its projections
+    are replaced in place by oneDNN-packed ones, sized for batches of `batch_hint` rows.
+    """
+
+    def __init__(
+        self,
+        model: GPT2LMHeadModel,
+        cache: PagedKVCache,
+        graph_batch: int = 0,
+        pack_cpu: bool = True,
+        batch_hint: int = 16,
+    ) -> None:
         self.model = model
         self.cache = cache
         self.device = next(model.parameters()).device
@@ -55,6 +69,7 @@ class GPT2Runner:
         base = 1.0 / self.head_dim**0.5 if config.scale_attn_weights else 1.0
         by_layer = config.scale_attn_by_inverse_layer_idx
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
+        self.packed_linears = cpu_linear.pack_cpu_linears(model, batch_hint) if pack_cpu else 0
         self.graphs: GraphDecoder | None = None
         if graph_batch > 0 and self.device.type == "cuda":
             # Imported here: CPU-only processes need neither the kernels nor their compilation.

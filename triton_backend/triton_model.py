@@ -60,8 +60,9 @@ class GPT2Model:
         cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
         self._limits = Limits(max_n=max_n)
         self._tokenizer = load_tokenizer()
+        runner = GPT2Runner(model, cache, graph_batch=settings.max_num_seqs if settings.cuda_graphs else 0)
         engine = Engine(
-            GPT2Runner(model, cache, graph_batch=settings.max_num_seqs if settings.cuda_graphs else 0),
+            runner,
             token_bytes(),
             SchedulerConfig(
                 prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs
@@ -79,10 +80,11 @@ class GPT2Model:
         self._responses.start()
         self._engine.start()
         log.info(
-            "%s instance %s: %s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
+            "%s instance %s: %s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
             args.get("model_instance_name", ""),
             info.describe(),
+            f"; {runner.packed_linears} projections packed for oneDNN" if runner.packed_linears else "",
             cache.num_pages,
             shape.page_size,
             cache.num_pages * shape.bytes_per_page / 2**20,

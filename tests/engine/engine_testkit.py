@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 import torch
@@ -43,7 +44,14 @@ def make_engine(
 ) -> Engine:
     cache = PagedKVCache(cache_shape(model), pages, device)
     config = SchedulerConfig(prefill_chunk_tokens=chunk, max_num_seqs=max_num_seqs)
-    return Engine(GPT2Runner(model, cache, graph_batch=graph_batch), token_bytes(), config, FakeClock())
+    runner = GPT2Runner(served_copy(model), cache, graph_batch=graph_batch)
+    return Engine(runner, token_bytes(), config, FakeClock())
+
+
+def served_copy(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
+    """The runner takes its model over (on the CPU it packs the projections for oneDNN); tests keep
+    the original untouched for transformers' `generate`, the reference."""
+    return copy.deepcopy(model)
 
 
 @dataclass

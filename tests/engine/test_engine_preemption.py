@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from engine_testkit import CPU, FakeClock, greedy_reference, ids_of, run, tiny_model
+from engine_testkit import CPU, FakeClock, greedy_reference, ids_of, run, served_copy, tiny_model
 
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache
@@ -45,7 +45,7 @@ def test_underestimated_lengths_are_preempted_and_finish_exactly(model):
     predictor = trained_predictor(params, 20, 16)
     cache = PagedKVCache(cache_shape(model), 24, CPU)
     engine = Engine(
-        GPT2Runner(model, cache),
+        GPT2Runner(served_copy(model), cache),
         token_bytes(),
         SchedulerConfig(prefill_chunk_tokens=32),
         FakeClock(),
@@ -68,7 +68,7 @@ def test_preempted_choices_of_one_request_each_resume_their_own_text(model):
     def generate(pages: int, predictor: LengthPredictor) -> list[list[int]]:
         cache = PagedKVCache(cache_shape(model), pages, CPU)
         engine = Engine(
-            GPT2Runner(model, cache), token_bytes(), SchedulerConfig(), FakeClock(), predictor=predictor
+            GPT2Runner(served_copy(model), cache), token_bytes(), SchedulerConfig(), FakeClock(), predictor=predictor
         )
         other = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
         result = run(engine, {0: [("other", [7, 8, 9], other)], 1: [("r", prompt, params)]})

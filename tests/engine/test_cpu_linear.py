@@ -1,0 +1,51 @@
+"""The CPU's oneDNN-packed projections: same numbers as transformers' modules, and the engine serves
+through them (the batching tests compare its greedy ids with an unpacked model's `generate`)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from engine_testkit import CPU, greedy_reference, ids_of, make_engine, run, tiny_model
+
+from triton_backend import cpu_linear
+from triton_backend.kv_cache import PagedKVCache
+from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.sampling_params import SamplingParams
+
+pytestmark = pytest.mark.skipif(not cpu_linear.available(), reason="this torch build has no oneDNN")
+
+
+@pytest.mark.parametrize("rows", [1, 5, 16, 70])
+def test_a_packed_projection_equals_transformers_conv1d(rows):
+    model = tiny_model()
+    conv = model.transformer.h[0].mlp.c_fc
+    packed = cpu_linear.PackedLinear(conv.weight.t(), conv.bias, batch_hint=16)
+    x = torch.randn(2, rows, conv.weight.shape[0], generator=torch.Generator().manual_seed(rows))
+    with torch.inference_mode():
+        assert torch.allclose(packed(x), conv(x), rtol=1e-5, atol=1e-5)
+
+
+def test_the_runner_packs_every_projection_and_the_head_on_the_cpu():
+    model = tiny_model()
+    runner = GPT2Runner(model, PagedKVCache(cache_shape(model), 64, CPU))
+    assert runner.packed_linears == 4 * model.config.n_layer + 1
+    assert isinstance(model.lm_head, cpu_linear.PackedLinear)
+    # The embedding stays: the head was untied from it, not moved.
+    assert model.transformer.wte.weight.shape == (model.config.vocab_size, model.config.n_embd)
+
+
+def test_half_precision_models_are_left_alone():
+    model = copy.deepcopy(tiny_model()).to(torch.bfloat16)
+    assert cpu_linear.pack_cpu_linears(model, batch_hint=16) == 0
+    assert not isinstance(model.lm_head, cpu_linear.PackedLinear)
+
+
+def test_packed_engine_decodes_a_batch_as_generate_does():
+    model = tiny_model()
+    params = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+    prompts = {f"r{i}": [50 + 7 * i, 900 + i, 31] for i in range(5)}
+    results = run(make_engine(model), {0: [(rid, p, params) for rid, p in prompts.items()]})
+    for rid, prompt in prompts.items():
+        assert ids_of(results[rid]) == greedy_reference(model, prompt, 20), rid

@@ -10,6 +10,18 @@
 4. Compare the distributions of TTFT and per-token latency (median and p90), write
    ``benchmarks/results/sim_to_real.json`` and CDF figures.
 
+The profile is measured in-process (``python -m nlgsim profile``), the minimum over repetitions, with
+the cores to itself. The replay goes through tritonserver, its Python stub and a gRPC client, all on
+the same 2 cores, often beside other work on the machine: every step is slower there by a factor
+that changes with the machine's load. So the server is also timed on a few **lone calibration
+requests** (one at a time, not from the replayed window; before and after the replay), and the
+simulator runs a second time with the serving path's work added to the profile
+(``EngineProfile.with_overhead``): the median of real minus simulated TTFT to every prompt, and of
+real minus simulated time between tokens to every decode step. Both
+comparisons are reported: the raw one says how well the in-process profile predicts the served
+engine on this machine; the calibrated one, how well the simulator predicts batching and queueing
+once the machine's speed at the time is known.
+
 Run from the repository root: ``python -m benchmarks.sim_to_real`` (about 3-5 minutes).
 """
 
@@ -17,7 +29,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -25,28 +40,67 @@ import numpy as np
 
 from nlgsim import plots
 from nlgsim.capacity import saturation_rate
-from nlgsim.profile import load_profile
-from nlgsim.replay import replay
-from nlgsim.results import request_table
+from nlgsim.profile import EngineProfile, load_profile
+from nlgsim.replay import Measured, replay
+from nlgsim.results import RequestTable, request_table
 from nlgsim.simulator import Scenario, simulate
-from nlgsim.workload import LengthMap, load_trace
+from nlgsim.workload import LengthMap, Request, load_trace
 
 ROOT = Path(__file__).resolve().parent
 TRACES = ROOT.parent.parent / "shared" / "traces"
+# Lone calibration requests: (prompt tokens, output tokens), spanning the replayed window's prompts.
+CALIBRATION = ((32, 48), (128, 48), (384, 48))
+
+
+def lone_real(url: str, requests: Sequence[Request]) -> list[Measured]:
+    """Each request alone on the server, one after another."""
+    return [replay(url, [replace(r, arrival=0.0)])[0] for r in requests]
+
+
+def lone_sim(profile: EngineProfile, r: Request) -> tuple[float, float]:
+    """(TTFT, time after the first token) of ``r`` alone on one simulated replica."""
+    log = simulate(Scenario(profile, [replace(r, arrival=0.0)], None, initial_replicas=1))
+    table = request_table(log)
+    return float(table.ttft[0]), float(table.latency[0] - table.ttft[0])
+
+
+def calibrated(
+    profile: EngineProfile, requests: Sequence[Request], real: list[Measured]
+) -> tuple[EngineProfile, float, float]:
+    """The profile plus the serving path's own work, from lone requests (medians): the real TTFT over
+    the simulated one is added to every prompt, the real time between tokens over the simulated one to
+    every decode step. Returns the profile and the two overheads (s); a negative median counts as 0."""
+    sims = [lone_sim(profile, r) for r in requests]
+    first = statistics.median(m.ttft - s[0] for m, s in zip(real, sims, strict=True))
+    step = statistics.median(
+        ((m.latency - m.ttft) - s[1]) / max(max(r.output_tokens) - 1, 1)
+        for m, s, r in zip(real, sims, requests, strict=True)
+    )
+    first, step = max(first, 0.0), max(step, 0.0)
+    return profile.with_overhead(first_token_s=first, step_s=step), first, step
+
+
+def compare(real_ttft: np.ndarray, real_tok: np.ndarray, table: RequestTable) -> dict[str, dict[str, float]]:
+    metrics = {}
+    for name, real, sim in (("TTFT", real_ttft, table.ttft), ("per-token latency", real_tok, table.per_token)):
+        metrics[name] = {
+            "real_p50": float(np.median(real)),
+            "sim_p50": float(np.median(sim)),
+            "p50_error": float(np.median(sim) / np.median(real) - 1),
+            "real_p90": float(np.percentile(real, 90)),
+            "sim_p90": float(np.percentile(sim, 90)),
+        }
+    return metrics
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", type=Path, default=ROOT / "profiles" / "cpu-gpt2-fp32.json")
     parser.add_argument("--trace", type=Path, default=TRACES / "azure2023_conv.csv")
     parser.add_argument("--start", type=float, default=600.0, help="seconds into the trace")
     parser.add_argument("--requests", type=int, default=60)
     parser.add_argument("--max-output", type=int, default=64)
-    parser.add_argument(
-        "--load", type=float, default=0.6, help="rate as a fraction of one replica's saturation"
-    )
+    parser.add_argument("--load", type=float, default=0.6, help="rate as a fraction of one replica's saturation")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sim_to_real.json")
     args = parser.parse_args()
     from triton_backend.launch import TritonServer
@@ -61,10 +115,7 @@ def main() -> None:
     natural = len(window) / max(window[-1].arrival, 1e-9)
     speed = args.load * capacity / natural
     reqs = [replace(r, arrival=r.arrival / speed) for r in window]
-    print(
-        f"{len(reqs)} requests over {reqs[-1].arrival:.0f} s "
-        f"({args.load:g}x the saturation rate {capacity:.2f}/s)"
-    )
+    print(f"{len(reqs)} requests over {reqs[-1].arrival:.0f} s ({args.load:g}x the saturation rate {capacity:.2f}/s)")
 
     env = {
         "NLG_PRESET": profile.preset,
@@ -77,32 +128,28 @@ def main() -> None:
         startup = time.perf_counter() - t
         replay(server.grpc_url, reqs[:2])  # warm-up: first calls of each shape are slow
         time.sleep(2.0)
+        probes = [Request(10_000 + i, 0.0, p, (n,)) for i, (p, n) in enumerate(CALIBRATION)]
+        load_before = os.getloadavg()[0]
+        before = lone_real(server.grpc_url, probes)
         measured = replay(server.grpc_url, reqs)
+        after = lone_real(server.grpc_url, probes)
+        load_after = os.getloadavg()[0]
     mismatched = [m.request.id for m in measured if m.input_tokens != m.request.prompt_tokens]
     real_ttft = np.array([m.ttft for m in measured])
     real_tok = np.array([m.per_token for m in measured])
 
-    log = simulate(Scenario(profile, reqs, None, initial_replicas=1))
-    table = request_table(log)
-    metrics = {}
-    for name, real, sim in (
-        ("TTFT", real_ttft, table.ttft),
-        ("per-token latency", real_tok, table.per_token),
-    ):
-        metrics[name] = {
-            "real_p50": float(np.median(real)),
-            "sim_p50": float(np.median(sim)),
-            "p50_error": float(np.median(sim) / np.median(real) - 1),
-            "real_p90": float(np.percentile(real, 90)),
-            "sim_p90": float(np.percentile(sim, 90)),
-        }
+    table = request_table(simulate(Scenario(profile, reqs, None, initial_replicas=1)))
+    metrics = compare(real_ttft, real_tok, table)
+    served, first_s, step_s = calibrated(profile, [*probes, *probes], [*before, *after])
+    ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))
+    cmetrics = compare(real_ttft, real_tok, ctable)
     figs = []
-    for name, real, sim, fname in (
-        ("TTFT (s)", real_ttft, table.ttft, "sim_to_real_ttft.png"),
-        ("per-token latency (s)", real_tok, table.per_token, "sim_to_real_per_token.png"),
+    for name, real, sim, csim, fname in (
+        ("TTFT (s)", real_ttft, table.ttft, ctable.ttft, "sim_to_real_ttft.png"),
+        ("per-token latency (s)", real_tok, table.per_token, ctable.per_token, "sim_to_real_per_token.png"),
     ):
         plots.distributions(
-            {"real Triton": list(real), "simulator": list(sim)},
+            {"real Triton": list(real), "simulator": list(sim), "simulator, calibrated": list(csim)},
             ROOT / "figures" / fname,
             f"Sim-to-real: {name}",
             name,
@@ -119,18 +166,33 @@ def main() -> None:
             "per-token latency as the final response's latency over the tokens generated."
         ),
         "metrics": metrics,
+        "calibrated_metrics": cmetrics,
+        "calibration": {
+            "requests": [list(c) for c in CALIBRATION],
+            "first_token_overhead_s": first_s,
+            "step_overhead_s": step_s,
+            "real_lone_ttft_s": [m.ttft for m in [*before, *after]],
+            "real_lone_after_first_s": [m.latency - m.ttft for m in [*before, *after]],
+            "sim_lone_s": [list(lone_sim(profile, r)) for r in probes],
+        },
         "figures": figs,
         "prompt_token_mismatches": mismatched,
-        "load_average": list(__import__("os").getloadavg()),
+        "load_average_before_after": [load_before, load_after],
+        "load_average": list(os.getloadavg()),
         "notes": "",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    for name, v in metrics.items():
-        print(
-            f"{name}: real p50 {v['real_p50'] * 1000:.0f} ms, sim p50 {v['sim_p50'] * 1000:.0f} ms "
-            f"({100 * v['p50_error']:+.1f}%); p90 {v['real_p90'] * 1000:.0f} / {v['sim_p90'] * 1000:.0f} ms"
-        )
+    print(
+        f"serving overhead: {first_s * 1000:.1f} ms a prompt, {step_s * 1000:.1f} ms a step; "
+        f"load {load_before:.1f} / {load_after:.1f}"
+    )
+    for how, ms in (("raw", metrics), ("calibrated", cmetrics)):
+        for name, v in ms.items():
+            print(
+                f"{how} {name}: real p50 {v['real_p50'] * 1000:.0f} ms, sim p50 {v['sim_p50'] * 1000:.0f} ms "
+                f"({100 * v['p50_error']:+.1f}%); p90 {v['real_p90'] * 1000:.0f} / {v['sim_p90'] * 1000:.0f} ms"
+            )
     print(f"wrote {args.out}")
 
 

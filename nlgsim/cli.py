@@ -199,6 +199,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 slo,
                 target=args.target,
                 interval=args.oracle_interval,
+                # The bound searches the replicas the policies may use, no more (see nlgsim.oracle).
+                min_replicas=max(spec.min_deployment_count, 1),
+                max_replicas=spec.max_deployment_count,
                 routing=args.routing,
                 progress=lambda f: bar.update(int(f * 1000) - bar.n),
             )
@@ -207,6 +210,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(
             f"oracle ({args.oracle_interval:g} s intervals, {args.target:.0%} attainment): "
             f"{bound.gpu_seconds:.0f} GPU-s"
+            + (
+                f"; {len(bound.unattainable)} intervals unattainable even at the maximum "
+                "(charged the minimum)"
+                if bound.unattainable
+                else ""
+            )
         )
     print(format_table(rows))
     if args.out:

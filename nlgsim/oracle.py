@@ -10,6 +10,14 @@ the last arrival): replicas appear and vanish
 at interval edges at no cost (zero start-up delay, no draining), and each interval is given exactly
 what it needs. Attainment falls as n falls, so the search walks down (or up) from the previous
 interval's answer.
+
+An interval where even ``max_replicas`` miss the target is **unattainable**: no policy within the
+bounds meets the SLO there, so there is no "least that meets it" to charge. Charging the cap (as the
+search would by running into it) is not a lower bound: a policy may use fewer replicas there and
+miss by the same or a little more, and then come out below the "bound". Such an interval is charged
+``min_replicas``, the least any policy could use in it, and listed in ``unattainable`` so a report
+can say how much of the trace no policy can serve at the target. The bound stays a lower bound on
+GPU-seconds for any policy that meets the target in every attainable interval.
 """
 
 from __future__ import annotations
@@ -45,6 +53,8 @@ class OracleResult:
     gpu_seconds: float
     gpu_seconds_end: float = 0.0
     """The last arrival: where the bound stops counting."""
+    unattainable: tuple[int, ...] = ()
+    """Intervals where ``max_replicas`` replicas miss the target (charged ``min_replicas``)."""
 
     def gpu_seconds_since(self, since: float) -> float:
         """The bound over ``[since, last arrival]``, intervals cut at ``since``."""
@@ -79,6 +89,7 @@ def oracle(
     horizon = float(arrivals[-1]) if len(reqs) else 0.0
     count = int(horizon // interval) + 1
     answer: list[int] = []
+    unattainable: list[int] = []
     n = max(min_replicas, 1)
     for i in range(count):
         t0, t1 = i * interval, (i + 1) * interval
@@ -100,13 +111,21 @@ def oracle(
         if meets(n):
             while n > floor and meets(n - 1):
                 n -= 1
-        else:
+        elif meets(max_replicas):
             n += 1
-            while n < max_replicas and not meets(n):
+            while not meets(n):
                 n += 1
+        else:
+            # Nothing within the bounds meets the target here: charge what the cheapest policy could
+            # use (see the module's docstring); the next interval's search starts where this one did.
+            unattainable.append(i)
+            answer.append(floor)
+            if progress is not None:
+                progress((i + 1) / count)
+            continue
         answer.append(n)
         if progress is not None:
             progress((i + 1) / count)
     # The last interval is charged only up to the last arrival.
     gpu = sum(answer[:-1]) * interval + answer[-1] * (horizon - (count - 1) * interval)
-    return OracleResult(interval, tuple(answer), float(gpu), horizon)
+    return OracleResult(interval, tuple(answer), float(gpu), horizon, tuple(unattainable))

@@ -16,7 +16,7 @@ import json
 import math
 from bisect import bisect_right
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,6 +114,24 @@ class EngineProfile:
             return self.prefill_s[0]
         i, w = _locate(self.prefill_tokens, float(prompt_tokens))
         return max(self.prefill_s[i] + (self.prefill_s[i + 1] - self.prefill_s[i]) * w, 1e-6)
+
+    def with_overhead(self, *, first_token_s: float = 0.0, step_s: float = 0.0) -> EngineProfile:
+        """This profile plus work it does not contain: ``step_s`` more on every decode step and
+        ``first_token_s`` more on every prompt (added to P(n), so a prompt's first chunk carries it).
+
+        What serving adds to the in-process engine is of this kind: each step's responses built,
+        passed to the server and sent, each request received and answered (benchmarks/sim_to_real.py
+        measures both through a real server).
+        """
+        if not all(math.isfinite(v) and v >= 0 for v in (first_token_s, step_s)):
+            raise ValueError(
+                f"overheads must be finite and >= 0 s, got first_token_s={first_token_s}, step_s={step_s}"
+            )
+        return replace(
+            self,
+            decode_s=tuple(tuple(v + step_s for v in row) for row in self.decode_s),
+            prefill_s=tuple(v + first_token_s for v in self.prefill_s),
+        )
 
     def to_json(self) -> str:
         data = asdict(self)

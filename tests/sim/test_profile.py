@@ -77,3 +77,15 @@ def test_committed_profiles_load_and_say_what_they_are(path):
     assert profile.hardware and profile.preset and profile.dtype
     if profile.source == "derived":
         assert "derived" in profile.notes.lower()
+
+
+def test_serving_overhead_is_added_per_step_and_once_per_prompt():
+    # paper_profile: decode(b) = 10 ms + 1 ms * b; P(n) = 20 ms + 1 ms * n.
+    served = paper_profile().with_overhead(first_token_s=0.030, step_s=0.005)
+    assert served.decode_step_s(4, 100) == pytest.approx(0.014 + 0.005)
+    assert served.prefill_time_s(100) == pytest.approx(0.120 + 0.030)
+    # A 300-token prompt in chunks of 256: the second chunk costs P(300) - P(256), overhead cancelled.
+    assert served.prefill_time_s(300) - served.prefill_time_s(256) == pytest.approx(0.044)
+    assert paper_profile().with_overhead() == paper_profile()
+    with pytest.raises(ValueError, match="step_s=-0.001"):
+        paper_profile().with_overhead(step_s=-0.001)

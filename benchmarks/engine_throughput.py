@@ -237,7 +237,32 @@ def report(args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]]
             f"{ms(r['tpot']['p50'])} / {ms(r['tpot']['p99'])} | {ms(r['itl']['p50'])} / {ms(r['itl']['p99'])} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
+    lines += ["", *ratios(args, rows)]
     return "\n".join(lines) + "\n"
+
+
+def ratios(args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
+    """The comparisons the engine's goals are stated in, as ratios of rows of this one run."""
+    rate = {(worker, streams): r["tokens_per_s"] for worker, streams, r in rows}
+    at = args.compare_at
+    own = rate.get(("own", at))
+    lines = ["Ratios (tokens/s, this run):", ""]
+    if own is None:
+        return []
+    for label, other, goal in (
+        (f"ours at {at} streams / hf `generate` one request at a time", rate.get(("hf-sequential", 1)), "goal >= 5x"),
+        (f"ours at {at} streams / ours with MKL addmm projections", rate.get(("own-addmm", at)), "the path kept"),
+        (f"ours at {at} streams / transformers continuous batching", rate.get(("hf-continuous", at)), ""),
+    ):
+        if other:
+            lines.append(f"- {label}: **{own / other:.2f}x**" + (f" ({goal})" if goal else ""))
+    triton = rate.get(("triton", at))
+    if triton:
+        lines.append(
+            f"- through tritonserver (gRPC streaming) / in-process at {at} streams: **{triton / own:.0%}** "
+            "(goal: within 10%)"
+        )
+    return lines
 
 
 def main() -> int:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from transformers import GPT2LMHeadModel
+from transformers.activations import NewGELUActivation
 
 log = logging.getLogger(__name__)
 
@@ -29,23 +30,32 @@ def available() -> bool:
 
 
 class PackedLinear(torch.nn.Module):
-    """``x @ weight.T + bias`` with ``weight`` [out, in] packed for oneDNN; any leading dimensions."""
+    """``x @ weight.T + bias`` with ``weight`` [out, in] packed for oneDNN; any leading dimensions.
 
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int) -> None:
+    ``gelu_tanh`` applies GPT-2's GELU (the tanh approximation) in the same call: one pass over the
+    MLP's widest activation instead of the five elementwise ones transformers' ``gelu_new`` makes.
+    """
+
+    def __init__(
+        self, weight: torch.Tensor, bias: torch.Tensor | None, batch_hint: int, gelu_tanh: bool = False
+    ) -> None:
         super().__init__()
         self.out_features = weight.shape[0]
+        self._post = ("gelu", "tanh") if gelu_tanh else ("none", "")
         self.packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach().contiguous(), batch_hint)
         self.bias = None if bias is None else bias.detach().contiguous()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, x.shape[-1])
-        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, "none", [], "")
+        attr, algorithm = self._post
+        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(rows, self.packed, self.bias, attr, [], algorithm)
         return out.view(*x.shape[:-1], self.out_features)
 
 
 def pack_cpu_linears(model: GPT2LMHeadModel, batch_hint: int, seed: int = 0) -> int:
     """Replaces the attention and MLP projections of every block and the LM head (untied from the
-    embedding, which stays) with :class:`PackedLinear`; returns how many were replaced.
+    embedding, which stays) with :class:`PackedLinear`, GPT-2's GELU fused into the MLP's first
+    projection; returns how many were replaced.
 
     Only for float32 models on the CPU; anything else is left alone (returns 0).
     """
@@ -55,24 +65,32 @@ def pack_cpu_linears(model: GPT2LMHeadModel, batch_hint: int, seed: int = 0) -> 
     generator = torch.Generator().manual_seed(seed)
     replaced = 0
 
-    def swap(owner: torch.nn.Module, name: str, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    def swap(
+        owner: torch.nn.Module, name: str, weight: torch.Tensor, bias: torch.Tensor | None, act: Any = None
+    ) -> bool:
+        """Replaces ``owner.name`` (followed by ``act``, fused in, when given) if the packed module
+        computes the same on a random input."""
         nonlocal replaced
         original = getattr(owner, name)
-        packed = PackedLinear(weight, bias, batch_hint)
+        packed = PackedLinear(weight, bias, batch_hint, gelu_tanh=act is not None)
         probe = torch.randn(3, weight.shape[1], generator=generator)
         with torch.inference_mode():
-            if not torch.allclose(packed(probe), original(probe), rtol=_RTOL, atol=_ATOL):
+            want = original(probe) if act is None else act(original(probe))
+            if not torch.allclose(packed(probe), want, rtol=_RTOL, atol=_ATOL):
                 log.warning("oneDNN's packed %s differs from the original; keeping the original", name)
-                return
+                return False
         setattr(owner, name, packed)
         replaced += 1
+        return True
 
     block: Any
     for block in model.transformer.h:
-        for owner, name in (
-            (block.attn, "c_attn"), (block.attn, "c_proj"), (block.mlp, "c_fc"), (block.mlp, "c_proj"),
-        ):  # fmt: skip
+        for owner, name in ((block.attn, "c_attn"), (block.attn, "c_proj"), (block.mlp, "c_proj")):
             conv = getattr(owner, name)  # transformers' Conv1D keeps its weight as [in, out]
             swap(owner, name, conv.weight.t(), conv.bias)
+        fc, act = block.mlp.c_fc, block.mlp.act
+        fuse = act if isinstance(act, NewGELUActivation) else None
+        if swap(block.mlp, "c_fc", fc.weight.t(), fc.bias, fuse) and fuse is not None:
+            block.mlp.act = torch.nn.Identity()
     swap(model, "lm_head", model.lm_head.weight, model.lm_head.bias)
     return replaced

@@ -84,7 +84,9 @@ class GPT2Model:
             args["model_name"],
             args.get("model_instance_name", ""),
             info.describe(),
-            f"; {runner.packed_linears} projections packed for oneDNN" if runner.packed_linears else "",
+            f"; {runner.packed_linears} projections packed for oneDNN, {torch.get_num_threads()} torch threads"
+            if runner.packed_linears
+            else "",
             cache.num_pages,
             shape.page_size,
             cache.num_pages * shape.bytes_per_page / 2**20,

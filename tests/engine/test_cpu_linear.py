@@ -32,8 +32,18 @@ def test_the_runner_packs_every_projection_and_the_head_on_the_cpu():
     runner = GPT2Runner(model, PagedKVCache(cache_shape(model), 64, CPU))
     assert runner.packed_linears == 4 * model.config.n_layer + 1
     assert isinstance(model.lm_head, cpu_linear.PackedLinear)
+    assert isinstance(model.transformer.h[0].mlp.act, torch.nn.Identity)  # GELU runs inside c_fc
     # The embedding stays: the head was untied from it, not moved.
     assert model.transformer.wte.weight.shape == (model.config.vocab_size, model.config.n_embd)
+
+
+def test_the_mlp_with_gelu_fused_equals_transformers_mlp():
+    model = tiny_model()
+    mlp = copy.deepcopy(model.transformer.h[1].mlp)
+    cpu_linear.pack_cpu_linears(model, batch_hint=16)
+    x = torch.randn(4, 7, model.config.n_embd, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        assert torch.allclose(model.transformer.h[1].mlp(x), mlp(x), rtol=1e-4, atol=1e-5)
 
 
 def test_half_precision_models_are_left_alone():

@@ -451,8 +451,9 @@ PROFILE_NOTES = """\
 2-core machine (the project's `triton_backend`, GPT-2 124M with random weights from a fixed seed, fp32;
 the minimum over repetitions, because other processes share the cores; its eager decode step pads
 attention to the longest context in the batch, and the simulator prices it so). It was re-measured
-for this report after commit 7fdcef9 sent the engine's CPU projections through oneDNN (a decode step
-1.2-2.6x faster at contexts up to 128 tokens, about as before at long contexts, where attention
+for this report after the engine's CPU projections went through oneDNN with packed weights and GPT-2's
+GELU fused in (commits 7fdcef9 and c1f65a6: a decode step at context 128 1.4x faster alone and 1.6x at batch 16,
+about as before at long contexts, where attention
 dominates; section 3). `h100-gpt2-xl-fp16.json` is **measured** the same way on one H100 (GPT2-XL
 1.56B, random weights, fp16, CUDA graphs: a step costs the batch's mean context); its start-up, 60
 s, is **given**, not measured (a GPU pod's image pull and model load are not reproducible on the
@@ -596,17 +597,17 @@ in once its latency falls, while per-token at 20 ms, its threshold at the engine
 scales in (14% more). Scale-in is where a latency signal can save GPU-seconds, and the thesis's
 protocol leaves no room for it.
 
-**On the measured CPU profile**, with k = 1.86 (the lone-request ratio), the runs mean something
-again (80-83% attainment instead of 0%), but they say little about the policies. Per-token at k x 20
-ms still scales out sooner (1.32x at the step, 3.06x under the ramp) for 0.1-1.5% more GPU-seconds,
-but the violations differ by 2-4% (1.02x and 1.04x): most are steady-state ones that 4 replicas from
-the start also have (600 of 3,840, seed 0), because the CPU engine's step grows far faster with the
-batch than the T4's (29 / 82 / 358 ms at batch 1 / 16 / 64 against 19 / 25 / 31 ms at 1 / 16 / 32,
-context 128), so under load requests outgrow an SLO only 1.54x a lone request's latency. And at 1.62
-req/s the 3,840 requests span about 2,400 s instead of about 400 s, so the start-up transient where
-the policies differ is a small part of the run.
+**On the measured CPU profile**, with k taken from a lone complex request (the section above), the runs
+mean something (77-80% attainment instead of the last run's 0%), but they say little about the
+policies. Per-token at k x 20 ms still scales out sooner (1.32x at the step, 2.46x under the ramp) for
+0.1-1.7% more GPU-seconds, but the violations differ by 2-5%: most are steady-state ones that 4
+replicas also have, because the CPU engine's step grows far faster with the batch than the T4's
+(27 / 75 / 355 ms at batch 1 / 16 / 64 against 19 / 25 / 31 ms at 1 / 16 / 32, context 128), so
+under load requests outgrow an SLO only about 1.5x a lone request's latency. And at 1.64 req/s the
+3,840 requests span about 2,300 s instead of about 400 s, so the start-up transient where the
+policies differ is a small part of the run.
 
-The project's planner scales at the first round with data under the ramp (5.3 s on the T4, 4.8 s on
+The project's planner scales at the first round with data under the ramp (5.3 s on the T4, 6.9 s on
 the CPU; it forecasts one pod start-up ahead from the demand trend) and has the fewest violations of
 all (39 on the T4, 99.0% attainment), for 17.2% more GPU-seconds than the baseline, about what
 per-token at 20 ms costs. Under the step load it does what the others do: nothing can start a pod
@@ -642,35 +643,33 @@ show, and does not approach 1.15x. Starred rows with attainment under 99% (fixed
 cheaper than the oracle because they give up the bursts: the oracle bounds only policies that meet
 the target."""
 DISCUSSION_REAL = """\
-**What separates the raw simulator from the real server.** Three things, found in turn this session.
-
-*A stale profile.* The engine changed under the profile: commit 7fdcef9 (21:01) sends the CPU's
-projections through oneDNN with packed weights, and a replay right after it measured a median
-per-token latency of 53 ms against the simulator's 88 ms with the 18:44 profile (+67%, now the
-simulator slower). `cpu-gpt2-fp32.json` was re-measured at 21:17 with `python -m nlgsim profile` (a
-lone decode step 30 ms instead of 37 ms, batch 16 at context 128 82 ms instead of 120 ms); every CPU
-number in this report uses it.
+**What separates the raw simulator from the real server.**
 
 *The serving path.* The profile is the engine's step in-process, with the cores to itself. The
 replay goes through tritonserver, the Python backend's stub (each step's tokens become one response
 per request, passed to the server and sent over gRPC) and a Python gRPC client, all on the same 2
 cores. Lone requests through the same server, just before and after the replay, put that work at
-about 36 ms a prompt and 10.6 ms a decode step: a third of a lone step's own 30 ms. It is not in the
-profile, so the raw simulator is faster: -36% TTFT and -27% per-token at the median with the fresh
-profile, load average about 1.0.
+the per-prompt and per-step figures of the calibration line above: about a third of a lone decode
+step's own time, a larger share since the CPU engine got faster. It is not in the in-process
+profile, so the raw simulator is faster than the real server.
 
-*Other work on the machine.* Another engineer's tests shared the cores during these measurements,
-and the raw error follows the load: with the old profile and engine, -35%/-33% at a load average of
-about 1.1 (earlier today), -49%/-36% at 1.5-2.9 and -66%/-63% at about 3 (this session, not kept).
+*The profile must match the engine.* A profile measured before an engine change mispredicts at once:
+right after the oneDNN change a replay measured a median per-token latency of 53 ms against the
+simulator's 88 ms with the older profile. `cpu-gpt2-fp32.json` is re-measured with every engine
+change (`python -m nlgsim profile`); this report's is the current engine's.
 
-With the serving path's overhead from the lone requests added to the profile
-(`EngineProfile.with_overhead`; measured on other requests, not fitted to the replayed window), the
-simulator's batching and queueing put the medians within 7% (TTFT -7%, per-token -1%); the p90s are
-17% and 21% low, the tail of a busy machine. So the engine model is right once the profile contains
-what serving adds, and the goal is met on that reading; with the in-process profile alone it is
-**not met**. The fix that would make the raw number pass is to profile through the server (the
-profiler timing steps through tritonserver and a client, as the replay does), which is not done
-here."""
+*Other work on the machine.* Other processes shared the cores during some measurements today, and the
+raw error follows the load average (-35%/-33% at about 1.1, -49%/-36% at 1.5-2.9 and -66%/-63% at
+about 3, with the engine of the morning).
+
+With the serving overhead from the lone requests added to the profile (`EngineProfile.with_overhead`;
+measured on other requests, not fitted to the replayed window), the medians come within the table's
+calibrated errors. Earlier today, with the slower engine, that gave -7% and -1%; with the faster one
+per-token latency is still 22% low. A constant per-step overhead does not capture it: the stub builds
+and sends one response per request per step, so serving work grows with the batch, and lone requests
+measure only a batch of one. The fixes, not done here: profile through the server (the profiler timing
+steps through tritonserver and a client, as the replay does), or measure the overhead per response at
+several batch sizes."""
 
 
 def verdict(ok: bool) -> str:

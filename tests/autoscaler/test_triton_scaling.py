@@ -175,7 +175,8 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     ctl.set_config_target("gpt2", spec, "gpt2")
     trickle_stop = threading.Event()
 
-    def trickle() -> None:  # one long, light stream after another: in flight when the scale-in comes
+    def trickle(delay: float) -> None:  # one long, light stream after another
+        trickle_stop.wait(delay)
         while not trickle_stop.is_set():
             load.send(LIGHT)
 
@@ -188,7 +189,10 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
             time.sleep(interval)
         raise AssertionError(f"timed out; last decisions: {ctl.view('gpt2')['decisions'][:5]}")
 
-    trickler = threading.Thread(target=trickle)
+    # Two trickles, the second half a stream behind: one stream's gap before the next (the model is
+    # idle then, and a scale-in there is safe) falls inside the other's stream.
+    light_s = (load.send(LIGHT).per_token_ms or 0) * LIGHT.max_tokens / 1000
+    tricklers = [threading.Thread(target=trickle, args=(d,)) for d in (0.0, light_s / 2)]
     try:
         ctl.run_once()
         load_started = time.time()
@@ -199,20 +203,23 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
         rounds_until(lambda: instances(triton) == 2, 60)
         load.stop_arrivals()
         load_stopped = time.time()
-        trickler.start()
+        for trickler in tricklers:
+            trickler.start()
         # Idle enough to scale in, but a stream is always open: the scale-in waits for it...
         rounds_until(lambda: any("deferred" in d["reason"] for d in ctl.view("gpt2")["decisions"]), 90)
         assert instances(triton) == 2
         deferred = min(d["time"] for d in ctl.view("gpt2")["decisions"] if "deferred" in d["reason"])
         assert deferred - load_stopped >= stabilization
         trickle_stop.set()
-        trickler.join(120)
+        for trickler in tricklers:
+            trickler.join(120)
         # ...and is carried out once the last one has finished.
         rounds_until(lambda: instances(triton) == 1, 60)
     finally:
         trickle_stop.set()
-        if trickler.is_alive():
-            trickler.join(120)
+        for trickler in tricklers:
+            if trickler.is_alive():
+                trickler.join(120)
         load.join()
         source.close()
         actuator.close()

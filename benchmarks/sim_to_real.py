@@ -17,7 +17,9 @@ that changes with the machine's load. So the server is also timed on a few **lon
 requests** (one at a time, not from the replayed window; before and after the replay), and the
 simulator runs a second time with the serving path's work added to the profile
 (``EngineProfile.with_overhead``): the median of real minus simulated TTFT to every prompt, and of
-real minus simulated time between tokens to every decode step. Both
+real minus simulated time between tokens to every decode step, split by a batch of BATCH_PROBE such
+requests arriving together into a part per step and a part per sequence in the step (the stub sends
+one response per request per step). Both
 comparisons are reported: the raw one says how well the in-process profile predicts the served
 engine on this machine; the calibrated one, how well the simulator predicts batching and queueing
 once the machine's speed at the time is known.
@@ -50,6 +52,9 @@ ROOT = Path(__file__).resolve().parent
 TRACES = ROOT.parent.parent / "shared" / "traces"
 # Lone calibration requests: (prompt tokens, output tokens), spanning the replayed window's prompts.
 CALIBRATION = ((32, 48), (128, 48), (384, 48))
+# And a batch of them arriving together: serving work grows with the batch (a response per request
+# per step), which lone requests cannot show.
+BATCH_PROBE = 4
 
 
 def lone_real(url: str, requests: Sequence[Request]) -> list[Measured]:
@@ -64,20 +69,43 @@ def lone_sim(profile: EngineProfile, r: Request) -> tuple[float, float]:
     return float(table.ttft[0]), float(table.latency[0] - table.ttft[0])
 
 
+def batch_probe(index: int) -> list[Request]:
+    prompt, output = CALIBRATION[1]
+    return [Request(20_000 + 100 * index + i, 0.0, prompt + i, (output,)) for i in range(BATCH_PROBE)]
+
+
+def step_gap(profile: EngineProfile, requests: Sequence[Request], real: Sequence[Measured]) -> float:
+    """Mean of real minus simulated time per decode step after the first token, for ``requests``
+    arriving together (the simulation runs them together too)."""
+    table = request_table(simulate(Scenario(profile, list(requests), None, initial_replicas=1)))
+    gaps = [
+        ((m.latency - m.ttft) - (table.latency[i] - table.ttft[i])) / max(max(r.output_tokens) - 1, 1)
+        for i, (m, r) in enumerate(zip(real, requests, strict=True))
+    ]
+    return statistics.fmean(gaps)
+
+
 def calibrated(
-    profile: EngineProfile, requests: Sequence[Request], real: list[Measured]
-) -> tuple[EngineProfile, float, float]:
-    """The profile plus the serving path's own work, from lone requests (medians): the real TTFT over
-    the simulated one is added to every prompt, the real time between tokens over the simulated one to
-    every decode step. Returns the profile and the two overheads (s); a negative median counts as 0."""
+    profile: EngineProfile,
+    requests: Sequence[Request],
+    real: list[Measured],
+    batches: Sequence[tuple[Sequence[Request], Sequence[Measured]]],
+) -> tuple[EngineProfile, float, float, float]:
+    """The profile plus the serving path's own work: from lone requests (medians), the real TTFT over
+    the simulated one is added to every prompt and the real time between tokens over the simulated one
+    to a step of one; from batches of BATCH_PROBE, how much more that gap grows per sequence. Returns
+    the profile and the overheads (s): per prompt, per step, per sequence in a step; negatives count as 0."""
     sims = [lone_sim(profile, r) for r in requests]
     first = statistics.median(m.ttft - s[0] for m, s in zip(real, sims, strict=True))
-    step = statistics.median(
+    lone_step = statistics.median(
         ((m.latency - m.ttft) - s[1]) / max(max(r.output_tokens) - 1, 1)
         for m, s, r in zip(real, sims, requests, strict=True)
     )
-    first, step = max(first, 0.0), max(step, 0.0)
-    return profile.with_overhead(first_token_s=first, step_s=step), first, step
+    batch_step = statistics.median(step_gap(profile, reqs, measured) for reqs, measured in batches)
+    per_sequence = max((batch_step - lone_step) / (BATCH_PROBE - 1), 0.0)
+    first, step = max(first, 0.0), max(lone_step - per_sequence, 0.0)
+    served = profile.with_overhead(first_token_s=first, step_s=step, per_sequence_s=per_sequence)
+    return served, first, step, per_sequence
 
 
 def compare(real_ttft: np.ndarray, real_tok: np.ndarray, table: RequestTable) -> dict[str, dict[str, float]]:
@@ -131,8 +159,10 @@ def main() -> None:
         probes = [Request(10_000 + i, 0.0, p, (n,)) for i, (p, n) in enumerate(CALIBRATION)]
         load_before = os.getloadavg()[0]
         before = lone_real(server.grpc_url, probes)
+        batch_before = replay(server.grpc_url, batch_probe(0))
         measured = replay(server.grpc_url, reqs)
         after = lone_real(server.grpc_url, probes)
+        batch_after = replay(server.grpc_url, batch_probe(1))
         load_after = os.getloadavg()[0]
     mismatched = [m.request.id for m in measured if m.input_tokens != m.request.prompt_tokens]
     real_ttft = np.array([m.ttft for m in measured])
@@ -140,7 +170,8 @@ def main() -> None:
 
     table = request_table(simulate(Scenario(profile, reqs, None, initial_replicas=1)))
     metrics = compare(real_ttft, real_tok, table)
-    served, first_s, step_s = calibrated(profile, [*probes, *probes], [*before, *after])
+    batches = [(batch_probe(0), batch_before), (batch_probe(1), batch_after)]
+    served, first_s, step_s, seq_s = calibrated(profile, [*probes, *probes], [*before, *after], batches)
     ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))
     cmetrics = compare(real_ttft, real_tok, ctable)
     figs = []
@@ -171,6 +202,8 @@ def main() -> None:
             "requests": [list(c) for c in CALIBRATION],
             "first_token_overhead_s": first_s,
             "step_overhead_s": step_s,
+            "per_sequence_overhead_s": seq_s,
+            "batch_probe": [BATCH_PROBE, *CALIBRATION[1]],
             "real_lone_ttft_s": [m.ttft for m in [*before, *after]],
             "real_lone_after_first_s": [m.latency - m.ttft for m in [*before, *after]],
             "sim_lone_s": [list(lone_sim(profile, r)) for r in probes],
@@ -184,7 +217,8 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(
-        f"serving overhead: {first_s * 1000:.1f} ms a prompt, {step_s * 1000:.1f} ms a step; "
+        f"serving overhead: {first_s * 1000:.1f} ms a prompt, {step_s * 1000:.1f} ms a step "
+        f"+ {seq_s * 1000:.1f} ms a sequence in it; "
         f"load {load_before:.1f} / {load_after:.1f}"
     )
     for how, ms in (("raw", metrics), ("calibrated", cmetrics)):

@@ -115,21 +115,29 @@ class EngineProfile:
         i, w = _locate(self.prefill_tokens, float(prompt_tokens))
         return max(self.prefill_s[i] + (self.prefill_s[i + 1] - self.prefill_s[i]) * w, 1e-6)
 
-    def with_overhead(self, *, first_token_s: float = 0.0, step_s: float = 0.0) -> EngineProfile:
-        """This profile plus work it does not contain: ``step_s`` more on every decode step and
-        ``first_token_s`` more on every prompt (added to P(n), so a prompt's first chunk carries it).
+    def with_overhead(
+        self, *, first_token_s: float = 0.0, step_s: float = 0.0, per_sequence_s: float = 0.0
+    ) -> EngineProfile:
+        """This profile plus work it does not contain: ``step_s + per_sequence_s x batch`` more on every
+        decode step and ``first_token_s`` more on every prompt (added to P(n), so a prompt's first chunk
+        carries it).
 
-        What serving adds to the in-process engine is of this kind: each step's responses built,
-        passed to the server and sent, each request received and answered (benchmarks/sim_to_real.py
-        measures both through a real server).
+        What serving adds to the in-process engine is of this kind: each step's responses built (one per
+        request), passed to the server and sent, each request received and answered
+        (benchmarks/sim_to_real.py measures them through a real server).
         """
-        if not all(math.isfinite(v) and v >= 0 for v in (first_token_s, step_s)):
+        values = (first_token_s, step_s, per_sequence_s)
+        if not all(math.isfinite(v) and v >= 0 for v in values):
             raise ValueError(
-                f"overheads must be finite and >= 0 s, got first_token_s={first_token_s}, step_s={step_s}"
+                f"overheads must be finite and >= 0 s, got first_token_s={first_token_s}, step_s={step_s}, "
+                f"per_sequence_s={per_sequence_s}"
             )
         return replace(
             self,
-            decode_s=tuple(tuple(v + step_s for v in row) for row in self.decode_s),
+            decode_s=tuple(
+                tuple(v + step_s + per_sequence_s * b for v in row)
+                for b, row in zip(self.decode_batch, self.decode_s, strict=True)
+            ),
             prefill_s=tuple(v + first_token_s for v in self.prefill_s),
         )
 

@@ -87,5 +87,9 @@ def test_serving_overhead_is_added_per_step_and_once_per_prompt():
     # A 300-token prompt in chunks of 256: the second chunk costs P(300) - P(256), overhead cancelled.
     assert served.prefill_time_s(300) - served.prefill_time_s(256) == pytest.approx(0.044)
     assert paper_profile().with_overhead() == paper_profile()
+    # Work per request in the batch (one response each): 2 ms a sequence on top of the step's 5 ms.
+    busy = paper_profile().with_overhead(step_s=0.005, per_sequence_s=0.002)
+    assert busy.decode_step_s(1, 100) == pytest.approx(0.011 + 0.005 + 0.002)
+    assert busy.decode_step_s(4, 100) == pytest.approx(0.014 + 0.005 + 0.008)
     with pytest.raises(ValueError, match="step_s=-0.001"):
         paper_profile().with_overhead(step_s=-0.001)

@@ -22,7 +22,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -138,34 +137,57 @@ def run_hf_continuous(preset: str, streams: int, prompt: int, output: int) -> di
 
 
 def run_triton(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    """The same streams through a real tritonserver, all multiplexed on one gRPC stream (as a load
+    generator drives Triton: one channel, one receiving thread), so that on a machine where client and
+    server share the cores the client takes as little of them as it can."""
+    import tritonclient.grpc as grpcclient
+
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "serving"))
-    from serving_testkit import grpc_generate
+    from serving_testkit import grpc_generate, grpc_inputs
 
     from triton_backend.launch import TritonServer
 
     text_prompts = [load_tokenizer().decode(ids) for ids in prompts(streams, prompt)]
     params = {"max_tokens": output, "temperature": 0, "ignore_eos": True}
     env = {"NLG_PRESET": preset, "NLG_MAX_NUM_SEQS": str(max(streams, 8))}
+    first: dict[str, float] = {}
+    done: dict[str, float] = {}
+    tokens: dict[str, int] = {}
+    errors: list[str] = []
+    finished = threading.Event()
+
+    def on_response(result: Any, error: Any) -> None:
+        if error is not None:
+            errors.append(str(error))
+            finished.set()
+            return
+        response = result.get_response()
+        now = time.perf_counter()
+        counts = result.as_numpy("num_output_tokens")
+        if counts is not None:
+            first.setdefault(response.id, now)
+            tokens[response.id] = tokens.get(response.id, 0) + int(counts.sum())
+        if response.parameters["triton_final_response"].bool_param:
+            done[response.id] = now
+            if len(done) == streams:
+                finished.set()
+
     with TritonServer(env=env) as server:
         grpc_generate(server.grpc_url, "warm up", {"max_tokens": 2})
-        barrier = threading.Barrier(streams)
-
-        def one(text: str) -> tuple[float, float, int]:
-            barrier.wait()
-            began = time.perf_counter()
-            first: list[float] = []
-            got = grpc_generate(
-                server.grpc_url, text, params, on_response=lambda: first or first.append(time.perf_counter())
-            )
-            done = time.perf_counter()
-            return first[0] - began, done - began, sum(got.num_output_tokens)
-
-        start = time.perf_counter()
-        with ThreadPoolExecutor(streams) as pool:
-            results = list(pool.map(one, text_prompts))
-        elapsed = time.perf_counter() - start
-    tokens = sum(r[2] for r in results)
-    return summary(tokens, elapsed, [r[0] for r in results], [r[1] / max(r[2], 1) for r in results], [])
+        with grpcclient.InferenceServerClient(server.grpc_url) as client:
+            client.start_stream(callback=on_response)
+            start = time.perf_counter()
+            for i, text in enumerate(text_prompts):
+                inputs = grpc_inputs(text, params, return_num_output_tokens=True)
+                client.async_stream_infer("gpt2", inputs, request_id=str(i), enable_empty_final_response=True)
+            if not finished.wait(600) or errors:
+                raise RuntimeError(f"triton run failed: {errors[:3] or 'timed out'}")
+            elapsed = time.perf_counter() - start
+            client.stop_stream()
+    ids = sorted(done)
+    ttft = [first[i] - start for i in ids]
+    tpot = [(done[i] - start) / max(tokens[i], 1) for i in ids]
+    return summary(sum(tokens.values()), elapsed, ttft, tpot, [])
 
 
 def summary(tokens: int, elapsed: float, ttft: list[float], tpot: list[float], itl: list[float]) -> dict[str, Any]:

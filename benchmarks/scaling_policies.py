@@ -557,7 +557,10 @@ def summary(thesis: list[ThesisRun], traces: list[Any], real: dict[str, Any] | N
         if cal:
             ctext = ", ".join(f"{m} {100 * v['p50_error']:+.0f}%" for m, v in cal.items())
             cok = all(abs(v["p50_error"]) <= 0.2 for v in cal.values())
-            line += f"; with the serving path's overhead, measured on probe requests (lone and a batch of 4), added: {ctext} ({verdict(cok)})"
+            line += (
+                "; with the serving path's overhead, measured on probe requests (lone and a batch of 4), "
+                f"added: {ctext} ({verdict(cok)})"
+            )
         lines.append(line + ".")
     lines.append("- The simulator is deterministic for a seed (tested in tests/sim).")
     return "\n".join(lines)

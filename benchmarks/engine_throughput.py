@@ -19,7 +19,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from datetime import date
@@ -35,7 +34,7 @@ from triton_backend.presets import build_model
 from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import load_tokenizer, token_bytes
+from triton_backend.tokenizer import token_bytes
 
 CPU = torch.device("cpu")
 
@@ -140,54 +139,20 @@ def run_triton(preset: str, streams: int, prompt: int, output: int) -> dict[str,
     """The same streams through a real tritonserver, all multiplexed on one gRPC stream (as a load
     generator drives Triton: one channel, one receiving thread), so that on a machine where client and
     server share the cores the client takes as little of them as it can."""
-    import tritonclient.grpc as grpcclient
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "serving"))
-    from serving_testkit import grpc_generate, grpc_inputs
-
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # nlgsim runs from the repository
+    from nlgsim.replay import replay
+    from nlgsim.workload import Request
     from triton_backend.launch import TritonServer
 
-    text_prompts = [load_tokenizer().decode(ids) for ids in prompts(streams, prompt)]
-    params = {"max_tokens": output, "temperature": 0, "ignore_eos": True}
     env = {"NLG_PRESET": preset, "NLG_MAX_NUM_SEQS": str(max(streams, 8))}
-    first: dict[str, float] = {}
-    done: dict[str, float] = {}
-    tokens: dict[str, int] = {}
-    errors: list[str] = []
-    finished = threading.Event()
-
-    def on_response(result: Any, error: Any) -> None:
-        if error is not None:
-            errors.append(str(error))
-            finished.set()
-            return
-        response = result.get_response()
-        now = time.perf_counter()
-        counts = result.as_numpy("num_output_tokens")
-        if counts is not None:
-            first.setdefault(response.id, now)
-            tokens[response.id] = tokens.get(response.id, 0) + int(counts.sum())
-        if response.parameters["triton_final_response"].bool_param:
-            done[response.id] = now
-            if len(done) == streams:
-                finished.set()
-
     with TritonServer(env=env) as server:
-        grpc_generate(server.grpc_url, "warm up", {"max_tokens": 2})
-        with grpcclient.InferenceServerClient(server.grpc_url) as client:
-            client.start_stream(callback=on_response)
-            start = time.perf_counter()
-            for i, text in enumerate(text_prompts):
-                inputs = grpc_inputs(text, params, return_num_output_tokens=True)
-                client.async_stream_infer("gpt2", inputs, request_id=str(i), enable_empty_final_response=True)
-            if not finished.wait(600) or errors:
-                raise RuntimeError(f"triton run failed: {errors[:3] or 'timed out'}")
-            elapsed = time.perf_counter() - start
-            client.stop_stream()
-    ids = sorted(done)
-    ttft = [first[i] - start for i in ids]
-    tpot = [(done[i] - start) / max(tokens[i], 1) for i in ids]
-    return summary(sum(tokens.values()), elapsed, ttft, tpot, [])
+        replay(server.grpc_url, [Request(0, 0.0, 8, (2,))])  # warm-up
+        start = time.perf_counter()
+        streamed = [Request(i, 0.0, prompt, (output,)) for i in range(streams)]
+        measured = replay(server.grpc_url, streamed, temperature=0.0)
+        elapsed = time.perf_counter() - start
+    tokens = sum(sum(m.tokens) for m in measured)
+    return summary(tokens, elapsed, [m.ttft for m in measured], [m.per_token for m in measured], [])
 
 
 def summary(tokens: int, elapsed: float, ttft: list[float], tpot: list[float], itl: list[float]) -> dict[str, Any]:

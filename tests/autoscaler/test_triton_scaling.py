@@ -174,11 +174,16 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     ctl = Controller(source, actuator, Telemetry(CollectorRegistry()), source_kind="direct")
     ctl.set_config_target("gpt2", spec, "gpt2")
     trickle_stop = threading.Event()
+    streams: list[threading.Thread] = []
 
-    def trickle(delay: float) -> None:  # one long, light stream after another
-        trickle_stop.wait(delay)
+    def trickle(every: float) -> None:
+        # A long, light stream every `every` s, a little less than one lasts: the next one starts
+        # before the last ends, so one is always open (a gap between streams is a moment the model is
+        # idle, where a scale-in would be safe and correct), and rarely two, so the load stays light.
         while not trickle_stop.is_set():
-            load.send(LIGHT)
+            streams.append(threading.Thread(target=load.send, args=(LIGHT,)))
+            streams[-1].start()
+            trickle_stop.wait(every)
 
     def rounds_until(predicate, timeout: float) -> float:
         deadline = time.time() + timeout
@@ -189,10 +194,8 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
             time.sleep(interval)
         raise AssertionError(f"timed out; last decisions: {ctl.view('gpt2')['decisions'][:5]}")
 
-    # Two trickles, the second half a stream behind: one stream's gap before the next (the model is
-    # idle then, and a scale-in there is safe) falls inside the other's stream.
     light_s = (load.send(LIGHT).per_token_ms or 0) * LIGHT.max_tokens / 1000
-    tricklers = [threading.Thread(target=trickle, args=(d,)) for d in (0.0, light_s / 2)]
+    trickler = threading.Thread(target=trickle, args=(0.85 * light_s,))
     try:
         ctl.run_once()
         load_started = time.time()
@@ -203,23 +206,24 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
         rounds_until(lambda: instances(triton) == 2, 60)
         load.stop_arrivals()
         load_stopped = time.time()
-        for trickler in tricklers:
-            trickler.start()
+        trickler.start()
         # Idle enough to scale in, but a stream is always open: the scale-in waits for it...
         rounds_until(lambda: any("deferred" in d["reason"] for d in ctl.view("gpt2")["decisions"]), 90)
         assert instances(triton) == 2
         deferred = min(d["time"] for d in ctl.view("gpt2")["decisions"] if "deferred" in d["reason"])
         assert deferred - load_stopped >= stabilization
         trickle_stop.set()
-        for trickler in tricklers:
-            trickler.join(120)
+        trickler.join(120)
+        for thread in streams:
+            thread.join(120)
         # ...and is carried out once the last one has finished.
         rounds_until(lambda: instances(triton) == 1, 60)
     finally:
         trickle_stop.set()
-        for trickler in tricklers:
-            if trickler.is_alive():
-                trickler.join(120)
+        if trickler.is_alive():
+            trickler.join(120)
+        for thread in streams:
+            thread.join(120)
         load.join()
         source.close()
         actuator.close()

@@ -191,6 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         summaries.append(summarize(logs[text], slo, text))
     rows = [s.row() for s in summaries]
     bound = None
+    paid = 0.0
     if args.oracle:
         with _bar("oracle") as bar:
             bound = oracle(
@@ -205,11 +206,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                 routing=args.routing,
                 progress=lambda f: bar.update(int(f * 1000) - bar.n),
             )
+        startup = args.startup if args.startup is not None else profile.startup_s
+        paid = bound.gpu_seconds_with_startup(startup)
         for row, s in zip(rows, summaries, strict=True):
             row["GPU-s / oracle"] = f"{s.gpu_seconds / bound.gpu_seconds:.2f}"
+            row["GPU-s / start-up bound"] = f"{s.gpu_seconds / paid:.2f}"
         print(
             f"oracle ({args.oracle_interval:g} s intervals, {args.target:.0%} attainment): "
-            f"{bound.gpu_seconds:.0f} GPU-s"
+            f"{bound.gpu_seconds:.0f} GPU-s; with each pod's {startup:g} s start-up paid: {paid:.0f} GPU-s"
             + (
                 f"; {len(bound.unattainable)} intervals unattainable even at the maximum "
                 "(charged the minimum)"
@@ -227,6 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "slo": asdict(slo),
             "scaler": to_dict(spec),
             "oracle_gpu_seconds": bound.gpu_seconds if bound else None,
+            "startup_bound_gpu_seconds": paid if bound else None,
             "runs": [asdict(s) for s in summaries],
         }
         (out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")

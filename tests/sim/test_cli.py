@@ -99,6 +99,9 @@ def test_run_writes_a_table_a_summary_and_figures(profile_file, tmp_path, capsys
     summary = json.loads((out / "summary.json").read_text())
     assert [r["name"] for r in summary["runs"]] == ["request:2000", "pertoken:20", "planner", "fixed:2"]
     assert summary["oracle_gpu_seconds"] > 0
+    # Paying each pod's start-up can only cost more than the oracle's free pods.
+    assert summary["startup_bound_gpu_seconds"] >= summary["oracle_gpu_seconds"]
+    assert "GPU-s / start-up bound" in text
     for png in ("replicas.png", "latency.png", "tradeoff.png"):
         assert (out / png).stat().st_size > 1000
 

@@ -115,3 +115,22 @@ def test_an_interval_no_replica_count_can_serve_is_charged_the_minimum_not_the_c
     one = summarize(simulate(Scenario(profile, reqs, None, initial_replicas=1)), slo)
     assert bound.gpu_seconds <= one.gpu_seconds
     assert bound.gpu_seconds == pytest.approx(65.0)
+
+
+def test_a_clairvoyant_scaler_that_pays_start_up_costs_more_than_the_oracle():
+    from nlgsim.oracle import OracleResult
+
+    # 30 s intervals: a second replica needed at 30-60 s, again at 90-120 s, and a third at 90-120 s.
+    bound = OracleResult(30.0, (1, 2, 1, 3, 1, 1, 1), gpu_seconds=300.0, gpu_seconds_end=210.0)
+    assert bound.gpu_seconds_with_startup(0.0) == pytest.approx(bound.gpu_seconds_since(0.0))
+    # Start-up 20 s: the 30 s gap costs more to bridge than a restart, so the second replica is
+    # started twice (20 + 30 each time) and the third once (20 + 30), on top of 210 s of the first.
+    assert bound.gpu_seconds_with_startup(20.0) == pytest.approx(210 + 2 * 50 + 50)
+    # Start-up 40 s: bridging the gap (30 s) is cheaper, so the second replica lives from 40 s before
+    # 30 s (clipped at the start of the run) to 120 s.
+    assert bound.gpu_seconds_with_startup(40.0) == pytest.approx(210 + 120 + 70)
+    # From 60 s on only what is billed after 60 s counts: the first replica's 150 s, the second's
+    # 60-120 s, the third's 50-120 s clipped at 60.
+    assert bound.gpu_seconds_with_startup(40.0, since=60.0) == pytest.approx(150 + 60 + 60)
+    with pytest.raises(ValueError, match="startup_s"):
+        bound.gpu_seconds_with_startup(-1.0)

@@ -53,15 +53,27 @@ def quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
+GREEDY = dict(temperature=0.0)
+# What a client gets without asking for greedy: vLLM's default temperature, with a nucleus.
+SAMPLED = dict(temperature=1.0, top_p=0.9)
+
+
 def drive(
-    engine: Engine, streams: int, prompt: int, output: int, sync: Callable[[], None] = lambda: None
+    engine: Engine,
+    streams: int,
+    prompt: int,
+    output: int,
+    sync: Callable[[], None] = lambda: None,
+    sampling: dict[str, float] = GREEDY,
 ) -> tuple[Observations, float]:
     """Warm the engine up, then run `streams` requests arriving at once to completion; returns what
     the serving metrics would observe and the seconds it took. `sync` waits for the device."""
     engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
     while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
         engine.step()
-    params = SamplingParams(max_tokens=output, temperature=0.0, ignore_eos=True)
+    params = SamplingParams(
+        max_tokens=output, ignore_eos=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0)
+    )
     tracker, seen = RequestTracker(), Observations()
     sync()
     start = time.perf_counter()
@@ -73,7 +85,9 @@ def drive(
     return seen, time.perf_counter() - start
 
 
-def run_own(preset: str, streams: int, prompt: int, output: int, pack_cpu: bool = True) -> dict[str, Any]:
+def run_own(
+    preset: str, streams: int, prompt: int, output: int, pack_cpu: bool = True, sampling: dict[str, float] = GREEDY
+) -> dict[str, Any]:
     model, _ = build_model(preset, None, CPU, torch.float32)
     shape = cache_shape(model)
     budget = shape.bytes_per_page * shape.pages_for(prompt + output) * streams
@@ -84,7 +98,7 @@ def run_own(preset: str, streams: int, prompt: int, output: int, pack_cpu: bool 
         SchedulerConfig(max_num_seqs=max(streams, 1)),
         time.perf_counter,
     )
-    seen, elapsed = drive(engine, streams, prompt, output)
+    seen, elapsed = drive(engine, streams, prompt, output, sampling=sampling)
     return summary(
         seen.generation_tokens,
         elapsed,
@@ -172,9 +186,15 @@ def run_own_addmm(preset: str, streams: int, prompt: int, output: int) -> dict[s
     return run_own(preset, streams, prompt, output, pack_cpu=False)
 
 
+def run_own_sampled(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    """Our engine with every stream sampling (temperature 1, top_p 0.9) instead of greedy."""
+    return run_own(preset, streams, prompt, output, sampling=SAMPLED)
+
+
 WORKERS = {
     "own": run_own,
     "own-addmm": run_own_addmm,
+    "own-sampled": run_own_sampled,
     "hf-sequential": run_hf_sequential,
     "hf-continuous": run_hf_continuous,
     "triton": run_triton,
@@ -239,6 +259,8 @@ def ratios(args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]]
     for label, other, goal in (
         (f"ours at {at} streams / hf `generate` one request at a time", rate.get(("hf-sequential", 1)), "goal >= 5x"),
         (f"ours at {at} streams / ours with MKL addmm projections", rate.get(("own-addmm", at)), "the path kept"),
+        (f"ours at {at} streams, greedy / the same sampling (temperature 1, top_p 0.9)",
+         rate.get(("own-sampled", at)), "what sampling costs"),
         (f"ours at {at} streams / transformers continuous batching", rate.get(("hf-continuous", at)), ""),
     ):
         if other:
@@ -274,7 +296,7 @@ def main() -> int:
         )
     ]
     rows += [("own", n, measure("own", args.preset, n, args.prompt, args.output)) for n in args.streams]
-    for worker in ("own-addmm", "hf-continuous", "triton"):
+    for worker in ("own-addmm", "own-sampled", "hf-continuous", "triton"):
         rows.append((worker, args.compare_at, measure(worker, args.preset, args.compare_at, args.prompt, args.output)))
     text = report(args, rows)
     print(text)

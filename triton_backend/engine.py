@@ -68,10 +68,9 @@ class Engine:
         if params.n > self.scheduler.config.max_num_seqs:
             raise ValueError(f"n: {params.n} is above this instance's max_num_seqs")
         request = Request(request_id, list(prompt_ids), params, arrival)
-        device = self.runner.device
         for index in range(params.n):
             seed = params.seed + index if params.seed is not None else self._seeds.getrandbits(63)
-            generator = None if params.greedy else torch.Generator(device=device).manual_seed(seed)
+            generator = None if params.greedy else torch.Generator().manual_seed(seed)
             state = SamplingState(params, generator, list(prompt_ids), 0)
             request.sequences.append(Sequence(index, state, TextStream(self._token_bytes, params.stop)))
         self._requests[request_id] = request

@@ -1,7 +1,11 @@
 """From logits to the next token of each sequence: the logits processors of Table 4.1, then a pick.
 
-Greedy rows are decided together with one argmax; only rows that sample or need a per-sequence rule
-(min_tokens, no_repeat_ngram_size) pay for their own work.
+The whole batch is decided together: one argmax for the greedy rows, and for the rows that sample,
+temperature, top-k and top-p as tensor operations over all of them, then inverse-CDF sampling with
+one uniform number per row. Each row draws its number from its own generator (a CPU one, so a seed
+gives the same text on any device), which keeps a seeded choice's tokens the same whatever else is
+in the batch. Only rows with a per-sequence rule (min_tokens, no_repeat_ngram_size) pay for their
+own Python, and the tokens come back to the host in one transfer.
 """
 
 from __future__ import annotations
@@ -13,6 +17,9 @@ import torch
 from triton_backend.presets import EOS_TOKEN_ID
 from triton_backend.sampling_params import SamplingParams
 
+#: How many of a row's most likely tokens top-p looks at before it sorts the whole vocabulary.
+NUCLEUS_HEAD = 1024
+
 
 @dataclass
 class SamplingState:
@@ -20,6 +27,7 @@ class SamplingState:
 
     params: SamplingParams
     generator: torch.Generator | None
+    """A CPU generator; None for greedy choices."""
     token_ids: list[int]  # prompt and generated so far; n-gram bans look at both, as transformers does
     generated: int
 
@@ -28,11 +36,14 @@ def sample(logits: torch.Tensor, states: list[SamplingState]) -> list[int]:
     """Next token for each row of `logits` [batch, vocab] (fp32)."""
     for row, state in enumerate(states):
         _apply_bans(logits[row], state)
-    picks = logits.argmax(dim=-1).tolist()
-    for row, state in enumerate(states):
-        if not state.params.greedy:
-            picks[row] = _sample_row(logits[row], state)
-    return [int(token) for token in picks]
+    drawn = [row for row, state in enumerate(states) if not state.params.greedy]
+    if len(drawn) == len(states):  # the usual batch: every row samples, no rows to gather
+        return [int(token) for token in _sample_rows(logits, states).tolist()]
+    picks = logits.argmax(dim=-1)
+    if drawn:
+        index = torch.tensor(drawn, device=logits.device)
+        picks[index] = _sample_rows(logits[index], [states[row] for row in drawn])
+    return [int(token) for token in picks.tolist()]
 
 
 def _apply_bans(row: torch.Tensor, state: SamplingState) -> None:
@@ -57,17 +68,55 @@ def banned_ngram_tokens(token_ids: list[int], size: int) -> set[int]:
     }
 
 
-def _sample_row(row: torch.Tensor, state: SamplingState) -> int:
-    params = state.params
-    scaled = row / params.temperature
-    if params.top_k and params.top_k < scaled.numel():
-        kth = torch.topk(scaled, params.top_k).values[-1]
-        scaled = scaled.masked_fill(scaled < kth, -float("inf"))
-    if params.top_p < 1.0:
-        sorted_logits, order = torch.sort(scaled, descending=True)
-        cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
-        # Keep the smallest prefix whose mass reaches top_p; the most likely token always stays.
-        drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= params.top_p
-        scaled = scaled.scatter(0, order[drop], -float("inf"))
-    probs = torch.softmax(scaled, dim=-1)
-    return int(torch.multinomial(probs, 1, generator=state.generator).item())
+def _sample_rows(logits: torch.Tensor, states: list[SamplingState]) -> torch.Tensor:
+    """One token for each row [rows, vocab] that samples; returns [rows] token ids on its device.
+    `logits` is overwritten."""
+    device, vocab = logits.device, logits.shape[-1]
+    params = [state.params for state in states]
+    scaled = logits.div_(torch.tensor([p.temperature for p in params], device=device)[:, None])
+    top_k = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
+    if any(top_k):
+        scaled = _keep_top_k(scaled, top_k)
+    top_p = [p.top_p for p in params]
+    if any(p < 1.0 for p in top_p):
+        scaled = _keep_top_p(scaled, top_p)
+    # Unnormalized weights: the CDF's last value is the total, which the point is scaled to.
+    cdf = scaled.sub_(scaled.amax(dim=-1, keepdim=True)).exp_().cumsum_(dim=-1)
+    total = cdf[:, -1]
+    uniform = torch.cat([torch.rand(1, generator=state.generator) for state in states]).to(device)
+    # Strictly below the total, a point can only fall in a token with mass: searching to the right
+    # skips every token whose mass is zero (banned or filtered), since it leaves the CDF flat.
+    point = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))
+    return torch.searchsorted(cdf, point[:, None], right=True)[:, 0].clamp_(max=vocab - 1)
+
+
+def _keep_top_k(scaled: torch.Tensor, top_k: list[int]) -> torch.Tensor:
+    """Rows with k > 0 keep the logits at least as large as their k-th largest (ties kept)."""
+    k = torch.tensor(top_k, device=scaled.device)
+    largest = torch.topk(scaled, int(k.max()), dim=-1).values
+    kth = largest.gather(1, (k.clamp(min=1) - 1)[:, None])
+    kth = torch.where(k[:, None] > 0, kth, torch.full_like(kth, -float("inf")))
+    return scaled.masked_fill(scaled < kth, -float("inf"))
+
+
+def _keep_top_p(scaled: torch.Tensor, top_p: list[float], head: int = NUCLEUS_HEAD) -> torch.Tensor:
+    """Each row keeps the smallest prefix of its most likely tokens whose mass reaches its top_p;
+    the most likely token always stays. Rows with top_p = 1 keep everything.
+
+    A trained model's nucleus is a few hundred tokens at most, so the ``head`` most likely ones are
+    looked at first (a partial sort, about 8x cheaper than sorting the vocabulary on a CPU); only if
+    some row's nucleus is larger is the whole vocabulary sorted. Both keep the same tokens."""
+    p = torch.tensor(top_p, device=scaled.device)[:, None]
+    if head < scaled.shape[-1]:
+        ordered, order = torch.topk(scaled, head, dim=-1)
+        probs = (ordered - torch.logsumexp(scaled, dim=-1, keepdim=True)).exp()
+        cumulative = probs.cumsum(dim=-1)
+        if bool(((cumulative[:, -1:] >= p) | (p >= 1.0)).all()):
+            # Every token past the head starts past its row's top_p: all of them go.
+            kept = ordered.masked_fill((cumulative - probs >= p) & (p < 1.0), -float("inf"))
+            out = torch.full_like(scaled, -float("inf")).scatter_(1, order, kept)
+            return torch.where(p < 1.0, out, scaled)
+    ordered, order = torch.sort(scaled, dim=-1, descending=True)
+    probs = torch.softmax(ordered, dim=-1)
+    drop = (probs.cumsum(dim=-1) - probs >= p) & (p < 1.0)
+    return scaled.scatter(1, order, ordered.masked_fill(drop, -float("inf")))

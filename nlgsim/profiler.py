@@ -125,6 +125,7 @@ def measure(
     import torch
 
     from triton_backend.engine import Engine
+    from triton_backend.host_memory import keep_freed_memory
     from triton_backend.kv_cache import PagedKVCache, pages_for_budget
     from triton_backend.presets import build_model, parse_dtype
     from triton_backend.runner import GPT2Runner, cache_shape
@@ -132,6 +133,7 @@ def measure(
     from triton_backend.scheduler import SchedulerConfig
     from triton_backend.tokenizer import token_bytes
 
+    keep_freed_memory()  # as the Triton model does: the profile times the engine as served
     device = torch.device(device_name)
     torch_dtype = parse_dtype(dtype, device)
     model, info = build_model(preset, None, device, torch_dtype)

@@ -21,6 +21,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_backend.engine import Engine
 from triton_backend.engine_loop import EngineLoop
+from triton_backend.host_memory import keep_freed_memory
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.presets import build_model, parse_dtype
 from triton_backend.runner import GPT2Runner, cache_shape
@@ -45,6 +46,7 @@ class GPT2Model:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         config = json.loads(args["model_config"])
         settings = model_settings(config)
+        kept = keep_freed_memory()
         if args.get("model_instance_kind") == "GPU" and torch.cuda.is_available():
             device = torch.device("cuda", int(args.get("model_instance_device_id", "0")))
         else:
@@ -80,13 +82,14 @@ class GPT2Model:
         self._responses.start()
         self._engine.start()
         log.info(
-            "%s instance %s: %s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
+            "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
             args.get("model_instance_name", ""),
             info.describe(),
             f"; {runner.packed_linears} projections packed for oneDNN, {torch.get_num_threads()} torch threads"
             if runner.packed_linears
             else "",
+            "; freed host memory kept for reuse" if kept else "",
             cache.num_pages,
             shape.page_size,
             cache.num_pages * shape.bytes_per_page / 2**20,

@@ -1,12 +1,14 @@
 """Keep freed host memory in the process instead of giving it back to the kernel after every step.
 
-glibc's malloc serves large blocks with mmap and trims the top of its heap once more than a few MB
-are free, so the tensors a CPU decode step allocates and frees (logits, the gathered cache, the
-layers' activations: tens of MB) come back as fresh pages every step, and each page faults and is
-zeroed by the kernel. Measured on the 2-core CPU machine (gpt2, 16 streams, in-process): 8-10 s of a
-run's 40 CPU-s went to the kernel, and the engine made 113-144 tokens/s; with the two settings below
-1.2-1.4 s and 179-186 tokens/s. The price is that the process keeps its peak heap (the engine's
-working set, which it needs again at the next step anyway).
+glibc's malloc serves large blocks with mmap, trims the top of its heap once more than a few MB are
+free, and unmaps a thread arena's heap as soon as it is empty. So the tensors a CPU decode step
+allocates and frees (logits, the gathered cache, the layers' activations: tens of MB) come back as
+fresh pages every step, and each page faults and is zeroed by the kernel. Measured on the 2-core CPU
+machine (gpt2, 16 streams): in-process on the main thread, 8-10 s of a run's 40 CPU-s went to the
+kernel and the engine made 113-144 tokens/s; with the thresholds below 1.2-1.4 s and 179-186 tokens/s.
+On an engine thread, as in the Triton model, the thresholds alone left 9-10 s in the kernel (90-102
+tokens/s); with one arena as well, 0.5 s (146-180 tokens/s). The price is that the process keeps its
+peak heap, which is the engine's working set and is needed again at the next step anyway.
 
 It is one process-wide setting, so it belongs to whoever owns the process: the Triton model's
 ``initialize`` and the benchmark and profiling workers (a profile must time the engine as served).
@@ -23,6 +25,7 @@ log = logging.getLogger(__name__)
 # mallopt(3) parameter numbers, from glibc's malloc.h.
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 #: The largest mmap threshold glibc accepts on 64-bit (DEFAULT_MMAP_THRESHOLD_MAX): blocks up to
 #: here come from the heap and are reused.
 MMAP_THRESHOLD = 32 << 20
@@ -40,6 +43,11 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         return False
     applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    # One arena for every thread. A thread's own arena grows in 64 MiB heaps, and glibc unmaps a heap as
+    # soon as it is free, whatever the trim threshold: the engine thread's step temporaries then come back
+    # as fresh pages every step. This only takes effect if no thread has been given an arena yet, so
+    # the server's environment sets MALLOC_ARENA_MAX=1 as well (triton_backend.launch, the chart).
+    mallopt(M_ARENA_MAX, 1)
     if not applied:
         log.info("mallopt refused the thresholds; freed host memory goes back to the kernel")
     return applied

@@ -67,6 +67,8 @@ def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     )
     paths = [str(PROJECT_ROOT), *site.getsitepackages(), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    # The engine runs on a thread of the stub; one arena keeps its step memory for reuse (host_memory).
+    env.setdefault("MALLOC_ARENA_MAX", "1")
     return env
 
 

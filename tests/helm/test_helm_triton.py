@@ -210,3 +210,11 @@ def test_triton_actuator_turns_on_explicit_model_control(render):
 def test_incomplete_delivery_settings_are_rejected(helm, values, message):
     with pytest.raises(HelmError, match=message):
         helm.template(values=values)
+
+
+def test_the_server_runs_with_one_malloc_arena_unless_told_otherwise(render):
+    assert env_of(container(triton_pod(render), "triton"))["MALLOC_ARENA_MAX"] == "1"
+    values = {"triton": {"mallocArenaMax": None}}
+    assert "MALLOC_ARENA_MAX" not in env_of(container(triton_pod(render, values=values), "triton"))
+    values = {"triton": {"mallocArenaMax": 2}}
+    assert env_of(container(triton_pod(render, values=values), "triton"))["MALLOC_ARENA_MAX"] == "2"

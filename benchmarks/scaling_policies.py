@@ -468,10 +468,11 @@ PROFILE_NOTES = """\
 2-core machine (the project's `triton_backend`, GPT-2 124M with random weights from a fixed seed, fp32;
 the minimum over repetitions, because other processes share the cores; its eager decode step pads
 attention to the longest context in the batch, and the simulator prices it so). It was re-measured
-for this report after the engine's CPU projections went through oneDNN with packed weights and GPT-2's
-GELU fused in (commits 7fdcef9 and c1f65a6: a decode step at context 128 1.4x faster alone and 1.6x at batch 16,
-about as before at long contexts, where attention
-dominates; section 3). `h100-gpt2-xl-fp16.json` is **measured** the same way on one H100 (GPT2-XL
+for this report after the engine started keeping its freed host memory for reuse (one malloc arena
+and no trimming, `triton_backend/host_memory.py`). A decode step at batch 64 and context 128 now takes
+181 ms instead of 355, and at batch 8 and context 1,024 118 ms instead of 209. A lone step is about
+as before (section 3). Its start-up, 30 s, was measured while other work loaded the machine (load
+average 1.5-1.8). `h100-gpt2-xl-fp16.json` is **measured** the same way on one H100 (GPT2-XL
 1.56B, random weights, fp16, CUDA graphs: a step costs the batch's mean context); its start-up, 60
 s, is **given**, not measured (a GPU pod's image pull and model load are not reproducible on the
 profiling machine). `t4-gpt2-xl-fp16-derived.json` is **derived**, not measured: a roofline model of
@@ -650,16 +651,18 @@ later in the ramp than on the derived profile, so its lead over request latency 
 profile gives all three of the thesis's ratios together, and neither gives the GPU-seconds saving.
 
 **On the measured CPU profile**, with k taken from a lone complex request (the section above), the runs
-mean something (77-80% attainment instead of the last run's 0%), but they say little about the
-policies. Per-token at k x 20 ms still scales out sooner (1.32x at the step, 2.46x under the ramp) for
-0.1-1.7% more GPU-seconds, but the violations differ by 2-5%: most are steady-state ones that 4
-replicas also have, because the CPU engine's step grows far faster with the batch than the T4's
-(27 / 75 / 355 ms at batch 1 / 16 / 64 against 19 / 25 / 31 ms at 1 / 16 / 32, context 128), so
-under load requests outgrow an SLO only about 1.5x a lone request's latency. And at 1.64 req/s the
-3,840 requests span about 2,300 s instead of about 400 s, so the start-up transient where the
-policies differ is a small part of the run.
+say little about the policies. Per-token at k x 20 ms still scales out sooner under the ramp (3.76x;
+1.00x at the step) for 0.1-2.1% more GPU-seconds, but the violations differ by 0-2%, and
+attainment is 40-45% for every policy. Most violations are steady-state ones that 4 replicas also
+have, because the CPU engine's step grows far faster with the batch than the T4's (29 / 64 / 181 ms
+at batch 1 / 16 / 64 against 19 / 25 / 31 ms at 1 / 16 / 32, context 128), so under load requests
+outgrow an SLO of only 1.5x a lone request's latency. (The last report's CPU runs had 77-80%
+attainment. The engine has since become about twice as fast at large batches, so the same 2.56x of
+one replica's capacity is a higher rate, 2.93 req/s instead of 1.64, and the batches are larger.)
+And the 3,840 requests span about 1,300 s instead of about 400 s, so the start-up transient where
+the policies differ is a small part of the run.
 
-The project's planner scales at the first round with data under the ramp (5.3 s on the T4, 6.9 s on
+The project's planner scales at the first round with data under the ramp (5.3 s on the T4, 3.5 s on
 the CPU; it forecasts one pod start-up ahead from the demand trend) and has the fewest violations of
 all (39 on the T4, 99.0% attainment), for 17.2% more GPU-seconds than the baseline, about what
 per-token at 20 ms costs. Under the step load it does what the others do: nothing can start a pod
@@ -716,8 +719,8 @@ DISCUSSION_REAL = """\
 replay goes through tritonserver, the Python backend's stub (each step's tokens become one response
 per request, passed to the server and sent over gRPC) and a Python gRPC client, all on the same 2
 cores. Lone requests through the same server, just before and after the replay, put that work at
-the per-prompt and per-step figures of the calibration line above: about a third of a lone decode
-step's own time, a larger share since the CPU engine got faster. It is not in the in-process
+the per-prompt and per-step figures of the calibration line above: for a lone request about a quarter
+of its decode step's own time. It is not in the in-process
 profile, so the raw simulator is faster than the real server.
 
 *The profile must match the engine.* A profile measured before an engine change mispredicts at once:
@@ -735,10 +738,11 @@ batching and queueing put the medians within the calibrated rows' errors above. 
 part per step and a part per sequence in the step: the stub builds and sends one response per
 request per step, so serving work grows with the batch, and lone requests alone see only a batch of
 one. A batch of four probe requests arriving together separates the two (the calibration line above).
-With the per-step part alone, as first built, per-token latency came out 22% low on this engine; the
-per-sequence part closes that. The raw comparison stays outside 20%: the in-process profile does not
-contain the serving path, and profiling through the server (the profiler timing steps through
-tritonserver and a client, as the replay does) would be the way to make it."""
+With the per-step part alone, as first built, per-token latency came out 22% low on the engine of
+the last report; the per-sequence part closes that. The raw comparison stays outside 20%: the
+in-process profile does not contain the serving path, and profiling through the server (the
+profiler timing steps through tritonserver and a client, as the replay does) would be the way to make
+it."""
 
 
 def startup_bound_text(info: dict[str, Any]) -> str:

@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--window", type=float, default=10.0, help="time_window, s")
     parser.add_argument("--stabilization", type=float, default=20.0, help="stabilization_window, s")
     parser.add_argument("--preset", default="tiny", help="NLG_PRESET of the model (default tiny)")
+    # The tiny model's step costs about the same at any batch on a CPU, so its per-token latency would
+    # hardly move with the load. A bounded batch per instance, as a GPU replica has, makes the load
+    # queue (per-token latency counts from arrival) until more instances add room.
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=4, help="sequences one instance runs at once (default 4)"
+    )
     parser.add_argument("--out", type=Path, default=Path("nlg-demo.png"), help="PNG to write")
     parser.add_argument("--seed", type=int, default=0)
     return parser
@@ -108,7 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     print(f"nlg-demo: starting tritonserver (preset {args.preset}, explicit model control) ...", flush=True)
     extra = ["--model-control-mode=explicit", "--load-model=gpt2"]
-    with TritonServer(env={"NLG_PRESET": args.preset}, extra_args=extra) as server:
+    env = {"NLG_PRESET": args.preset, "NLG_MAX_NUM_SEQS": str(args.max_num_seqs)}
+    with TritonServer(env=env, extra_args=extra) as server:
         print(f"  ready: gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
         load = PoissonLoad(server.grpc_url, args.rate, args.complex, seed=args.seed)
         threshold = args.threshold if args.threshold is not None else calibrate(load)

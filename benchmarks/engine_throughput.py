@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import date
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,9 @@ def quantiles(values: list[float]) -> dict[str, float]:
     }
 
 
-GREEDY = dict(temperature=0.0)
+GREEDY = SamplingParams(temperature=0.0)
 # What a client gets without asking for greedy: vLLM's default temperature, with a nucleus.
-SAMPLED = dict(temperature=1.0, top_p=0.9)
+SAMPLED = SamplingParams(temperature=1.0, top_p=0.9)
 
 
 def drive(
@@ -65,16 +66,14 @@ def drive(
     prompt: int,
     output: int,
     sync: Callable[[], None] = lambda: None,
-    sampling: dict[str, float] = GREEDY,
+    sampling: SamplingParams = GREEDY,
 ) -> tuple[Observations, float]:
     """Warm the engine up, then run `streams` requests arriving at once to completion; returns what
     the serving metrics would observe and the seconds it took. `sync` waits for the device."""
     engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
     while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
         engine.step()
-    params = SamplingParams(
-        max_tokens=output, ignore_eos=True, temperature=sampling["temperature"], top_p=sampling.get("top_p", 1.0)
-    )
+    params = replace(sampling, max_tokens=output, ignore_eos=True)
     tracker, seen = RequestTracker(), Observations()
     sync()
     start = time.perf_counter()
@@ -87,7 +86,7 @@ def drive(
 
 
 def run_own(
-    preset: str, streams: int, prompt: int, output: int, pack_cpu: bool = True, sampling: dict[str, float] = GREEDY
+    preset: str, streams: int, prompt: int, output: int, pack_cpu: bool = True, sampling: SamplingParams = GREEDY
 ) -> dict[str, Any]:
     model, _ = build_model(preset, None, CPU, torch.float32)
     shape = cache_shape(model)

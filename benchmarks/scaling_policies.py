@@ -204,6 +204,11 @@ def thesis_table(results: dict[str, Outcome], tag: str, seeds: Sequence[int]) ->
     return format_table(rows), ratios
 
 
+def thesis_run(results: dict[str, Outcome], tag: str, seeds: Sequence[int], title: str, figure_title: str) -> ThesisRun:
+    table, ratios = thesis_table(results, tag, seeds)
+    return ThesisRun(tag, title, table, ratios, thesis_figures(results, tag, figure_title))
+
+
 def _policy_order(name: str) -> tuple[int, float]:
     kind, _, arg = name.partition(":")
     return ({"request": 0, "pertoken": 1, "planner": 2}.get(kind, 3), float(arg or 0))
@@ -854,18 +859,14 @@ def render(
         CAL_THESIS,
         "",
     ]
-    for run in cal_runs:
-        out += [f"#### {run.title}", "", run.table, "", claims(run.ratios), "",
-                *(f"![{f}](figures/{f})" for f in run.figures[-1:]), ""]  # fmt: skip
+    out += sub_runs(cal_runs)
     out += [
         "### The same on the measured CPU profile",
         "",
         CPU_THESIS.format(k=k, lone_cpu=lone_latency(cpu), lone_t4=lone_latency(t4)),
         "",
     ]
-    for run in cpu_runs:
-        out += [f"#### {run.title}", "", run.table, "", claims(run.ratios), "",
-                *(f"![{f}](figures/{f})" for f in run.figures[-1:]), ""]  # fmt: skip
+    out += sub_runs(cpu_runs)
     out += ["### What this says", "", DISCUSSION_THESIS, "", "## 2. The Azure LLM traces: HPA policies, the "
             "project's planner and the oracle", "", TRACE_SETUP.format(warmup=WARMUP_S), ""]  # fmt: skip
     for trace, desc, slo_desc, table, info in traces:
@@ -898,6 +899,15 @@ def render(
     out += ["### What this says", "", DISCUSSION_TRACES, "", "## 3. Sim-to-real", ""]
     out += [render_real(real), "", "## Limitations", "", LIMITATIONS, ""]
     return "\n".join(out)
+
+
+def sub_runs(runs: list[ThesisRun]) -> list[str]:
+    """A profile's runs under the thesis's protocol: table, claims and the replicas figure of each."""
+    out: list[str] = []
+    for run in runs:
+        out += [f"#### {run.title}", "", run.table, "", claims(run.ratios), "",
+                *(f"![{f}](figures/{f})" for f in run.figures[-1:]), ""]  # fmt: skip
+    return out
 
 
 def render_real(real: dict[str, Any] | None) -> str:
@@ -1040,18 +1050,12 @@ def main() -> None:
     thesis, cal_runs, cpu_runs = [], [], []
     for name, ramp in protocols.items():
         how = "as described: 10 req/s from the first second" if not ramp else f"rising to 10 req/s over {ramp:g} s"
-        table, ratios = thesis_table(results, f"t4{name}", seeds)
-        figs = thesis_figures(results, f"t4{name}", f"T4 derived, {'step' if not ramp else 'ramp'}")
-        thesis.append(ThesisRun(f"t4{name}", f"Load {how}", table, ratios, figs))
-        ktable, kratios = thesis_table(results, f"t4cal{name}", seeds)
-        kfigs = thesis_figures(results, f"t4cal{name}", f"T4 calibrated, {'step' if not ramp else 'ramp'}")
-        cal_runs.append(ThesisRun(f"t4cal{name}", f"Load {how}", ktable, kratios, kfigs))
-        facts[f"t4cal{name}"] = kratios
-        ctable, cratios = thesis_table(results, f"cpu{name}", seeds)
-        cfigs = thesis_figures(results, f"cpu{name}", f"CPU measured, {'step' if not ramp else 'ramp'}")
-        cpu_runs.append(ThesisRun(f"cpu{name}", f"Load {how.replace('10 req/s', f'{cpu_rate:.2f} req/s')}",
-                                  ctable, cratios, cfigs))  # fmt: skip
-        facts[f"t4{name}"], facts[f"cpu{name}"] = ratios, cratios
+        shape = "step" if not ramp else "ramp"
+        thesis.append(thesis_run(results, f"t4{name}", seeds, f"Load {how}", f"T4 derived, {shape}"))
+        cal_runs.append(thesis_run(results, f"t4cal{name}", seeds, f"Load {how}", f"T4 calibrated, {shape}"))
+        cpu_how = how.replace("10 req/s", f"{cpu_rate:.2f} req/s")
+        cpu_runs.append(thesis_run(results, f"cpu{name}", seeds, f"Load {cpu_how}", f"CPU measured, {shape}"))
+    facts.update({run.tag: run.ratios for run in (*thesis, *cal_runs, *cpu_runs)})
     sens_rows = []
     for rel in SENS_LOADS:
         row = {"load (x one replica)": f"{rel:g}"}

@@ -69,6 +69,11 @@ def lone_sim(profile: EngineProfile, r: Request) -> tuple[float, float]:
     return float(table.ttft[0]), float(table.latency[0] - table.ttft[0])
 
 
+def per_step(real: Measured, sim_after_first: float, r: Request) -> float:
+    """Real minus simulated time after the first token, per decode step of ``r``."""
+    return ((real.latency - real.ttft) - sim_after_first) / max(max(r.output_tokens) - 1, 1)
+
+
 def batch_probe(index: int) -> list[Request]:
     prompt, output = CALIBRATION[1]
     return [Request(20_000 + 100 * index + i, 0.0, prompt + i, (output,)) for i in range(BATCH_PROBE)]
@@ -78,29 +83,24 @@ def step_gap(profile: EngineProfile, requests: Sequence[Request], real: Sequence
     """Mean of real minus simulated time per decode step after the first token, for ``requests``
     arriving together (the simulation runs them together too)."""
     table = request_table(simulate(Scenario(profile, list(requests), None, initial_replicas=1)))
-    gaps = [
-        ((m.latency - m.ttft) - (table.latency[i] - table.ttft[i])) / max(max(r.output_tokens) - 1, 1)
-        for i, (m, r) in enumerate(zip(real, requests, strict=True))
-    ]
-    return statistics.fmean(gaps)
+    after_first = table.latency - table.ttft
+    return statistics.fmean(per_step(m, after_first[i], r) for i, (m, r) in enumerate(zip(real, requests, strict=True)))
 
 
 def calibrated(
     profile: EngineProfile,
     requests: Sequence[Request],
     real: list[Measured],
+    sims: Sequence[tuple[float, float]],
     batches: Sequence[tuple[Sequence[Request], Sequence[Measured]]],
 ) -> tuple[EngineProfile, float, float, float]:
     """The profile plus the serving path's own work: from lone requests (medians), the real TTFT over
     the simulated one is added to every prompt and the real time between tokens over the simulated one
     to a step of one; from batches of BATCH_PROBE, how much more that gap grows per sequence. Returns
-    the profile and the overheads (s): per prompt, per step, per sequence in a step; negatives count as 0."""
-    sims = [lone_sim(profile, r) for r in requests]
+    the profile and the overheads (s): per prompt, per step, per sequence in a step; negatives count as 0.
+    ``sims`` are :func:`lone_sim` of ``requests``."""
     first = statistics.median(m.ttft - s[0] for m, s in zip(real, sims, strict=True))
-    lone_step = statistics.median(
-        ((m.latency - m.ttft) - s[1]) / max(max(r.output_tokens) - 1, 1)
-        for m, s, r in zip(real, sims, requests, strict=True)
-    )
+    lone_step = statistics.median(per_step(m, s[1], r) for m, s, r in zip(real, sims, requests, strict=True))
     batch_step = statistics.median(step_gap(profile, reqs, measured) for reqs, measured in batches)
     per_sequence = max((batch_step - lone_step) / (BATCH_PROBE - 1), 0.0)
     first, step = max(first, 0.0), max(lone_step - per_sequence, 0.0)
@@ -171,7 +171,10 @@ def main() -> None:
     table = request_table(simulate(Scenario(profile, reqs, None, initial_replicas=1)))
     metrics = compare(real_ttft, real_tok, table)
     batches = [(batch_probe(0), batch_before), (batch_probe(1), batch_after)]
-    served, first_s, step_s, seq_s = calibrated(profile, [*probes, *probes], [*before, *after], batches)
+    sims = [lone_sim(profile, r) for r in probes]
+    served, first_s, step_s, seq_s = calibrated(
+        profile, [*probes, *probes], [*before, *after], [*sims, *sims], batches
+    )
     ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))
     cmetrics = compare(real_ttft, real_tok, ctable)
     figs = []
@@ -206,7 +209,7 @@ def main() -> None:
             "batch_probe": [BATCH_PROBE, *CALIBRATION[1]],
             "real_lone_ttft_s": [m.ttft for m in [*before, *after]],
             "real_lone_after_first_s": [m.latency - m.ttft for m in [*before, *after]],
-            "sim_lone_s": [list(lone_sim(profile, r)) for r in probes],
+            "sim_lone_s": [list(s) for s in sims],
         },
         "figures": figs,
         "prompt_token_mismatches": mismatched,

@@ -149,19 +149,17 @@ def oracle(
         if meets(n):
             while n > floor and meets(n - 1):
                 n -= 1
+            answer.append(n)
         elif meets(max_replicas):
             n += 1
             while not meets(n):
                 n += 1
+            answer.append(n)
         else:
             # Nothing within the bounds meets the target here: charge what the cheapest policy could
             # use (see the module's docstring); the next interval's search starts where this one did.
             unattainable.append(i)
             answer.append(floor)
-            if progress is not None:
-                progress((i + 1) / count)
-            continue
-        answer.append(n)
         if progress is not None:
             progress((i + 1) / count)
     # The last interval is charged only up to the last arrival.

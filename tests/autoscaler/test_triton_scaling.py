@@ -164,7 +164,7 @@ def wait_for_gauges_then_scale_in(scaler: TritonInstanceScaler) -> None:
 
 def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     window, interval, stabilization = 6.0, 1.0, 8.0
-    load = PoissonLoad(triton.grpc_url, rate=10.0, complex_fraction=0.5, seed=1)
+    load = PoissonLoad(triton.grpc_url, rate=10.0, complex_fraction=0.8, seed=1)
     idle = sorted(load.send(SIMPLE).per_token_ms or 0 for _ in range(3))[1]
     spec = ScalerSpec(
         threshold=max(2.5 * idle, 1.0), time_window=window, stabilization_window=stabilization,

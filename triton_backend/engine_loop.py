@@ -2,6 +2,10 @@
 
 Commands come in through a queue; every output goes to `sink` on the engine thread, in order. The
 sink must not block (the Triton model's sink puts into the response sender's queue).
+
+:meth:`EngineLoop.stats` counts a request as waiting from the moment execute() hands it over, not
+from the engine's next snapshot: a step can take longer than a scrape interval, and a scale-in that
+read an accepted request as absent would retire the instance under it.
 """
 
 from __future__ import annotations
@@ -50,19 +54,28 @@ class EngineLoop:
         self._clock = clock
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stats = engine.stats()
+        # Adds handed over but not yet in a snapshot: the execute thread counts up, the engine
+        # thread counts down once a snapshot includes them.
+        self._handed_over = 0
+        self._handed_over_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="nlg-engine", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> None:
+        with self._handed_over_lock:
+            self._handed_over += 1
         self._inbox.put(_Add(request_id, prompt_ids, params, arrival))
 
     def abort(self, request_id: str) -> None:
         self._inbox.put(_Abort(request_id))
 
     def stats(self) -> EngineStats:
-        return self._stats
+        """The engine's last snapshot, with requests handed over since then counted as waiting."""
+        with self._handed_over_lock:
+            stats, handed_over = self._stats, self._handed_over
+        return replace(stats, waiting_requests=stats.waiting_requests + handed_over) if handed_over else stats
 
     def stop(self, drain_seconds: float = 0.0, timeout: float = 30.0) -> None:
         """Lets the streams in flight finish for up to ``drain_seconds``, cancels what is left (each
@@ -72,8 +85,10 @@ class EngineLoop:
 
     def _run(self) -> None:
         stop_at: float | None = None
+        applied = 0
         while True:
             block = stop_at is None and not self._engine.has_work
+            applied = 0
             while True:
                 try:
                     command = self._inbox.get(block=block)
@@ -83,15 +98,22 @@ class EngineLoop:
                 if isinstance(command, _Stop):
                     stop_at = self._clock() + command.drain_seconds
                 else:
+                    applied += isinstance(command, _Add)
                     self._apply(command)
             if stop_at is not None and (not self._engine.has_work or self._clock() >= stop_at):
                 break
             if self._engine.has_work:
                 self._step()
-            self._stats = self._engine.stats()
+            self._publish(applied)
         for request_id in self._engine.in_flight():
             self._abort(request_id)
-        self._stats = self._engine.stats()
+        self._publish(applied)
+
+    def _publish(self, applied: int) -> None:
+        stats = self._engine.stats()
+        with self._handed_over_lock:
+            self._stats = stats
+            self._handed_over -= applied
 
     def _apply(self, command: object) -> None:
         if isinstance(command, _Add):

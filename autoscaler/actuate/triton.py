@@ -9,12 +9,15 @@ Scale-in waits for an idle model. Triton picks which instance to retire, cannot 
 first, and tritonserver 2.51's Python backend segfaults (``TRITONBACKEND_ModelInstanceFinalize``)
 when it retires an instance whose decoupled streams are still open: the whole server, every stream
 with it. So a scale-in is carried out only when the model's ``nlg_requests_running`` and
-``nlg_requests_waiting`` gauges (summed over its instances, read from Triton's metrics endpoint) are
-zero in two reads ``confirm_idle`` seconds apart (the model publishes them every 0.1 s, so a request
-accepted just before the first read shows in the second); otherwise
+``nlg_requests_waiting`` gauges (summed over its instances) and Triton's own
+``nv_inference_pending_request_count`` (requests queued before the model's execute() took them), all
+read from Triton's metrics endpoint, are zero in two reads ``confirm_idle`` seconds apart (the model
+counts a request from execute() on and publishes every 0.1 s, so one accepted just before the first
+read shows in the second); otherwise
 :class:`~autoscaler.actuate.Deferred` and the next round asks again. Under unbroken traffic the
 model keeps its instances: an extra instance costs memory, a crash costs every stream. A request
-that arrives between the second read and the reload is the remaining window. Scale-out never waits.
+still in Triton's gRPC front end at the second read, or arriving between it and the reload, is the
+remaining window. Scale-out never waits.
 
 "Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
 several groups is refused, since which group to grow would be a guess).
@@ -30,9 +33,12 @@ from typing import Any
 import httpx
 
 from autoscaler.actuate import ActuationError, Deferred, LastSet, Observed
-from autoscaler.collect.exposition import ExpositionError, parse_exposition
+from autoscaler.collect.exposition import ExpositionError, gauge_total, parse_exposition
 
 log = logging.getLogger(__name__)
+
+#: Triton's gauge of a model's requests queued in its scheduler, not yet given to an instance.
+TRITON_PENDING = "nv_inference_pending_request_count"
 
 
 class TritonInstanceScaler:
@@ -135,6 +141,7 @@ class TritonInstanceScaler:
             response = self._http.get(self._metrics_url)
             response.raise_for_status()
             gauges = parse_exposition(response.text, model).gauges
+            queued = gauge_total(response.text, TRITON_PENDING, model) or 0.0
         except (httpx.HTTPError, ExpositionError) as e:
             raise ActuationError(
                 f"cannot tell whether model {model!r} is idle before a scale-in ({self._metrics_url}): "
@@ -145,7 +152,7 @@ class TritonInstanceScaler:
                 f"{self._metrics_url} has no nlg_requests_running series for model {model!r}; "
                 f"scale-in needs it to know the model is idle"
             )
-        return gauges["running"] + gauges.get("waiting", 0.0)
+        return gauges["running"] + gauges.get("waiting", 0.0) + queued
 
     def close(self) -> None:
         self._http.close()

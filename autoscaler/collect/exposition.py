@@ -75,3 +75,19 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
     }
     merged = {name: sum(v) / len(v) if name in _AVERAGED else sum(v) for name, v in gauges.items()}
     return PodSample(histograms=histograms, gauges=merged)
+
+
+def gauge_total(text: str, family_name: str, model_id: str) -> float | None:
+    """The sum of ``family_name``'s samples for ``model_id`` (all versions and instances); None if absent."""
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as e:
+        raise ExpositionError(f"not Prometheus text format: {e}") from e
+    values = [
+        float(sample.value)
+        for family in families
+        if family.name == family_name
+        for sample in family.samples
+        if sample.labels.get("model") == model_id
+    ]
+    return sum(values) if values else None

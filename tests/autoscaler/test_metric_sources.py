@@ -10,7 +10,7 @@ from autoscaler_testkit import PodMetrics, PrometheusServer, free_port
 
 from autoscaler.collect import SourceError
 from autoscaler.collect.direct import DirectSource, StaticTargets, metrics_url
-from autoscaler.collect.exposition import ExpositionError, parse_exposition
+from autoscaler.collect.exposition import ExpositionError, gauge_total, parse_exposition
 from autoscaler.collect.promql import PrometheusSource
 
 EXPOSITION = """\
@@ -36,6 +36,10 @@ nlg_kv_cache_usage_ratio{model="gpt2",version="2"} 0.6
 nlg_requests_running{model="gpt2",version="1"} NaN
 # TYPE nv_inference_count counter
 nv_inference_count{model="gpt2",version="1"} 7
+# TYPE nv_inference_pending_request_count gauge
+nv_inference_pending_request_count{model="gpt2",version="1"} 4
+nv_inference_pending_request_count{model="gpt2",version="2"} 1
+nv_inference_pending_request_count{model="other",version="1"} 9
 """
 
 
@@ -48,6 +52,14 @@ def test_exposition_sums_versions_and_ignores_other_models():
     assert sample.gauges["waiting"] == 5.0
     assert sample.gauges["kv_usage"] == pytest.approx(0.4)  # a ratio: averaged
     assert math.isnan(sample.gauges["running"])  # passed on; the aggregator ignores it
+
+
+def test_one_family_total_for_the_model_or_none():
+    assert gauge_total(EXPOSITION, "nv_inference_pending_request_count", "gpt2") == 5.0
+    assert gauge_total(EXPOSITION, "nv_inference_pending_request_count", "gpt3") is None
+    assert gauge_total(EXPOSITION, "nlg_requests_waiting", "gpt2") == 5.0
+    with pytest.raises(ExpositionError):
+        gauge_total("x{", "x", "gpt2")
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.actuate import Deferred
 from autoscaler.actuate.triton import TritonInstanceScaler
 from autoscaler.collect.direct import DirectSource, StaticTargets
+from autoscaler.collect.exposition import gauge_total
 from autoscaler.collect.promql import PrometheusSource
 from autoscaler.config import RateLimit, ScalerSpec
 from autoscaler.demo.load import SIMPLE, PoissonLoad, QueryType
@@ -26,7 +27,9 @@ from triton_backend.launch import TritonServer
 
 pytestmark = pytest.mark.integration
 
-LONG = QueryType("long", prompt_tokens=34, choices=4, min_tokens=200, mean_tokens=200, max_tokens=200)
+# Seconds long on the tiny model, so that all three are seen in flight at once even on a busy machine
+# (at 200 tokens the first could end before the third reached the model); 934 tokens fit its context.
+LONG = QueryType("long", prompt_tokens=34, choices=4, min_tokens=900, mean_tokens=900, max_tokens=900)
 # One choice, like the simple query: its per-token latency stays near idle, far under the threshold.
 LIGHT = QueryType("light", prompt_tokens=34, choices=1, min_tokens=200, mean_tokens=200, max_tokens=200)
 
@@ -108,8 +111,7 @@ def stream_in_background(load: PoissonLoad, query: QueryType, count: int) -> lis
 # Seen here on 2026-11-22, on this code and on the code before that day's engine changes alike: removing
 # an instance while three decoupled streams are in flight makes tritonserver 2.51 segfault inside the
 # Python backend's TRITONBACKEND_ModelInstanceFinalize (pthread_mutex_lock), in most runs after other
-# requests were served and in some runs when it ran alone. The test keeps asserting what users need
-# (no stream cut), on a server of its own so a crash cannot take the module's server down with it.
+# requests were served and in some runs when it ran alone. The test asserts what users need: no stream cut.
 def test_in_place_scale_in_waits_for_the_streams_in_flight(triton):
     scaler = TritonInstanceScaler(f"http://{triton.http_url}", triton.metrics_url, load_timeout=60)
     load = PoissonLoad(triton.grpc_url, rate=1.0)
@@ -119,12 +121,13 @@ def test_in_place_scale_in_waits_for_the_streams_in_flight(triton):
         assert instances(triton) == 2
         assert scaler.scale("gpt2", 3, expected=1) == 2  # a stale decision writes nothing
         threads = stream_in_background(load, LONG, 3)
-        while load.in_flight < 3:
-            time.sleep(0.01)
+        # Sent is not yet seen: on a busy machine a request can sit in the client or Triton's front end
+        # for a while. Once the model reports the three, as the scaler reads them:
+        assert model_reports_in_flight(triton, 3)
         # Streams open on either instance: retiring one now would cut them (tritonserver 2.51
         # even segfaults), so the scale-in is put off, and the count says which requests wait.
         with pytest.raises(Deferred, match="3 requests in flight"):
-            wait_for_gauges_then_scale_in(scaler)
+            scaler.scale("gpt2", 1, expected=2)
         assert instances(triton) == 2
         for thread in threads:
             thread.join(120)
@@ -148,26 +151,27 @@ def scale_in_once_idle(scaler: TritonInstanceScaler) -> int:
             time.sleep(0.1)
 
 
-def wait_for_gauges_then_scale_in(scaler: TritonInstanceScaler) -> None:
-    # The engines publish their gauges after their next step; until then the model may read idle.
-    deadline = time.monotonic() + 10
+def model_reports_in_flight(server, count: int) -> bool:
+    """Whether the server's metrics come to show ``count`` requests of gpt2 running or waiting."""
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        try:
-            scaler.scale("gpt2", 1, expected=2)
-        except Deferred as e:
-            if "3 requests" in str(e):
-                raise
-        else:
-            raise AssertionError("scaled in with streams in flight")
+        exposition = httpx.get(server.metrics_url).text
+        running = gauge_total(exposition, "nlg_requests_running", "gpt2") or 0.0
+        if running + (gauge_total(exposition, "nlg_requests_waiting", "gpt2") or 0.0) == count:
+            return True
         time.sleep(0.05)
+    return False
 
 
 def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     window, interval, stabilization = 6.0, 1.0, 8.0
     load = PoissonLoad(triton.grpc_url, rate=10.0, complex_fraction=0.8, seed=1)
     idle = sorted(load.send(SIMPLE).per_token_ms or 0 for _ in range(3))[1]
+    # Two instances scale in to one when ceil(2 * per-token / threshold) is 1: the light trickle must
+    # read under half the threshold. At 2.5x idle that left 25% for a noisy machine, and runs failed;
+    # the overload reads 10-30x idle, so 4x still tells load from trickle at once.
     spec = ScalerSpec(
-        threshold=max(2.5 * idle, 1.0), time_window=window, stabilization_window=stabilization,
+        threshold=max(4 * idle, 1.0), time_window=window, stabilization_window=stabilization,
         min_deployment_count=1, max_deployment_count=2,
         scale_up=RateLimit(1, 0, interval), scale_down=RateLimit(1, 0, interval),
     )  # fmt: skip
@@ -179,9 +183,11 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     streams: list[threading.Thread] = []
 
     def trickle(every: float) -> None:
-        # A long, light stream every `every` s, a little less than one lasts: the next one starts
-        # before the last ends, so one is always open (a gap between streams is a moment the model is
-        # idle, where a scale-in would be safe and correct), and rarely two, so the load stays light.
+        # A long, light stream every `every` s, half of what the faster of two lasted: the next one
+        # starts well before the last ends, so one is always open (a gap between streams is a moment
+        # the model is idle, where a scale-in would be safe and correct: at 0.85 of one measurement,
+        # a noisy run had gaps), and two or three share the batch, which costs the tiny model's step
+        # next to nothing, so the load stays light.
         while not trickle_stop.is_set():
             streams.append(threading.Thread(target=load.send, args=(LIGHT,)))
             streams[-1].start()
@@ -196,8 +202,8 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
             time.sleep(interval)
         raise AssertionError(f"timed out; last decisions: {ctl.view('gpt2')['decisions'][:5]}")
 
-    light_s = (load.send(LIGHT).per_token_ms or 0) * LIGHT.max_tokens / 1000
-    trickler = threading.Thread(target=trickle, args=(0.85 * light_s,))
+    light_s = min(load.send(LIGHT).per_token_ms or 0 for _ in range(2)) * LIGHT.max_tokens / 1000
+    trickler = threading.Thread(target=trickle, args=(0.5 * light_s,))
     try:
         ctl.run_once()
         load_started = time.time()
@@ -207,13 +213,16 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
         assert decided - load_started <= 2 * window, ctl.view("gpt2")["decisions"]
         rounds_until(lambda: instances(triton) == 2, 60)
         load.stop_arrivals()
-        load_stopped = time.time()
         trickler.start()
         # Idle enough to scale in, but a stream is always open: the scale-in waits for it...
         rounds_until(lambda: any("deferred" in d["reason"] for d in ctl.view("gpt2")["decisions"]), 90)
         assert instances(triton) == 2
-        deferred = min(d["time"] for d in ctl.view("gpt2")["decisions"] if "deferred" in d["reason"])
-        assert deferred - load_stopped >= stabilization
+        decisions = ctl.view("gpt2")["decisions"]
+        deferred = min(d["time"] for d in decisions if "deferred" in d["reason"])
+        # The scale-out's own proposal (2) holds the scale-in off for the stabilization window. (Two
+        # instances may serve the load well enough to propose 1 before it stops; that is the policy.)
+        wanted_in = min(d["time"] for d in decisions if d["time"] > decided and d["current"] == 2 and d["desired"] == 1)
+        assert wanted_in - decided >= stabilization, decisions
         trickle_stop.set()
         trickler.join(120)
         for thread in streams:

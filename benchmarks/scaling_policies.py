@@ -825,7 +825,8 @@ def render(
         "",
         "## Engine profiles",
         "",
-        profile_rows({f"profiles/{p.name}": load_profile(p) for p in (T4, T4CAL, CPU, H100)}),
+        profile_rows({f"profiles/{path.name}": loaded for path, loaded in
+                      ((T4, t4), (T4CAL, load_profile(T4CAL)), (CPU, cpu), (H100, h100))}),  # fmt: skip
         "",
         PROFILE_NOTES,
         "",

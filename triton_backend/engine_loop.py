@@ -75,7 +75,7 @@ class EngineLoop:
         """The engine's last snapshot, with requests handed over since then counted as waiting."""
         with self._handed_over_lock:
             stats, handed_over = self._stats, self._handed_over
-        return replace(stats, waiting_requests=stats.waiting_requests + handed_over) if handed_over else stats
+        return replace(stats, waiting_requests=stats.waiting_requests + handed_over)
 
     def stop(self, drain_seconds: float = 0.0, timeout: float = 30.0) -> None:
         """Lets the streams in flight finish for up to ``drain_seconds``, cancels what is left (each

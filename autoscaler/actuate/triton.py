@@ -33,12 +33,14 @@ from typing import Any
 import httpx
 
 from autoscaler.actuate import ActuationError, Deferred, LastSet, Observed
-from autoscaler.collect.exposition import ExpositionError, gauge_total, parse_exposition
+from autoscaler.collect.exposition import ExpositionError, gauge_totals
 
 log = logging.getLogger(__name__)
 
-#: Triton's gauge of a model's requests queued in its scheduler, not yet given to an instance.
-TRITON_PENDING = "nv_inference_pending_request_count"
+RUNNING = "nlg_requests_running"
+#: The gauges whose sum over the model's instances is its requests in flight: the model's running and
+#: waiting, and Triton's requests queued in its scheduler, not yet given to an instance.
+IN_FLIGHT_GAUGES = (RUNNING, "nlg_requests_waiting", "nv_inference_pending_request_count")
 
 
 class TritonInstanceScaler:
@@ -140,19 +142,18 @@ class TritonInstanceScaler:
         try:
             response = self._http.get(self._metrics_url)
             response.raise_for_status()
-            gauges = parse_exposition(response.text, model).gauges
-            queued = gauge_total(response.text, TRITON_PENDING, model) or 0.0
+            totals = gauge_totals(response.text, model, IN_FLIGHT_GAUGES)
         except (httpx.HTTPError, ExpositionError) as e:
             raise ActuationError(
                 f"cannot tell whether model {model!r} is idle before a scale-in ({self._metrics_url}): "
                 f"{type(e).__name__}: {e}"
             ) from e
-        if "running" not in gauges:
+        if RUNNING not in totals:
             raise ActuationError(
                 f"{self._metrics_url} has no nlg_requests_running series for model {model!r}; "
                 f"scale-in needs it to know the model is idle"
             )
-        return gauges["running"] + gauges.get("waiting", 0.0) + queued
+        return sum(totals.values())
 
     def close(self) -> None:
         self._http.close()

@@ -15,8 +15,10 @@ Parsing uses prometheus-client's parser; malformed text raises :class:`Expositio
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Final
 
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.aggregate import Histogram, PodSample
@@ -41,17 +43,20 @@ class ExpositionError(ValueError):
     """The text is not Prometheus exposition format."""
 
 
+def _families(text: str) -> list[Metric]:
+    try:
+        return list(text_string_to_metric_families(text))
+    except (ValueError, TypeError, IndexError) as e:
+        raise ExpositionError(f"not Prometheus text format: {e}") from e
+
+
 def parse_exposition(text: str, model_id: str) -> PodSample:
     """The histograms and gauges of ``model_id`` in one scrape; families absent stay absent."""
     buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, float] = defaultdict(float)
     gauges: dict[str, list[float]] = defaultdict(list)
-    try:
-        families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as e:
-        raise ExpositionError(f"not Prometheus text format: {e}") from e
-    for family in families:
+    for family in _families(text):
         hist_name = HISTOGRAM_FAMILIES.get(family.name)
         gauge_name = GAUGE_FAMILIES.get(family.name)
         if hist_name is None and gauge_name is None:
@@ -77,17 +82,15 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
     return PodSample(histograms=histograms, gauges=merged)
 
 
-def gauge_total(text: str, family_name: str, model_id: str) -> float | None:
-    """The sum of ``family_name``'s samples for ``model_id`` (all versions and instances); None if absent."""
-    try:
-        families = list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as e:
-        raise ExpositionError(f"not Prometheus text format: {e}") from e
-    values = [
-        float(sample.value)
-        for family in families
-        if family.name == family_name
-        for sample in family.samples
-        if sample.labels.get("model") == model_id
-    ]
-    return sum(values) if values else None
+def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:
+    """Each named family's samples for ``model_id`` summed (all versions and instances), in one parse;
+    a family with no sample for the model is left out."""
+    wanted = set(family_names)
+    totals: dict[str, float] = {}
+    for family in _families(text):
+        if family.name not in wanted:
+            continue
+        for sample in family.samples:
+            if sample.labels.get("model") == model_id:
+                totals[family.name] = totals.get(family.name, 0.0) + float(sample.value)
+    return totals

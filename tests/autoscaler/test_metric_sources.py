@@ -10,7 +10,7 @@ from autoscaler_testkit import PodMetrics, PrometheusServer, free_port
 
 from autoscaler.collect import SourceError
 from autoscaler.collect.direct import DirectSource, StaticTargets, metrics_url
-from autoscaler.collect.exposition import ExpositionError, gauge_total, parse_exposition
+from autoscaler.collect.exposition import ExpositionError, gauge_totals, parse_exposition
 from autoscaler.collect.promql import PrometheusSource
 
 EXPOSITION = """\
@@ -54,12 +54,13 @@ def test_exposition_sums_versions_and_ignores_other_models():
     assert math.isnan(sample.gauges["running"])  # passed on; the aggregator ignores it
 
 
-def test_one_family_total_for_the_model_or_none():
-    assert gauge_total(EXPOSITION, "nv_inference_pending_request_count", "gpt2") == 5.0
-    assert gauge_total(EXPOSITION, "nv_inference_pending_request_count", "gpt3") is None
-    assert gauge_total(EXPOSITION, "nlg_requests_waiting", "gpt2") == 5.0
+def test_family_totals_for_the_model_leave_absent_ones_out():
+    pending = "nv_inference_pending_request_count"
+    totals = gauge_totals(EXPOSITION, "gpt2", (pending, "nlg_requests_waiting"))
+    assert totals == {pending: 5.0, "nlg_requests_waiting": 5.0}
+    assert gauge_totals(EXPOSITION, "gpt3", (pending,)) == {}
     with pytest.raises(ExpositionError):
-        gauge_total("x{", "x", "gpt2")
+        gauge_totals("x{", "gpt2", ("x",))
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from autoscaler.actuate import Deferred
 from autoscaler.actuate.triton import TritonInstanceScaler
 from autoscaler.collect.direct import DirectSource, StaticTargets
-from autoscaler.collect.exposition import gauge_total
+from autoscaler.collect.exposition import gauge_totals
 from autoscaler.collect.promql import PrometheusSource
 from autoscaler.config import RateLimit, ScalerSpec
 from autoscaler.demo.load import SIMPLE, PoissonLoad, QueryType
@@ -156,8 +156,7 @@ def model_reports_in_flight(server, count: int) -> bool:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         exposition = httpx.get(server.metrics_url).text
-        running = gauge_total(exposition, "nlg_requests_running", "gpt2") or 0.0
-        if running + (gauge_total(exposition, "nlg_requests_waiting", "gpt2") or 0.0) == count:
+        if sum(gauge_totals(exposition, "gpt2", ("nlg_requests_running", "nlg_requests_waiting")).values()) == count:
             return True
         time.sleep(0.05)
     return False

@@ -6,6 +6,7 @@ order and each leaves it with one instance of gpt2.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -41,6 +42,25 @@ def triton():
     # with load; four sequences an instance (a bounded batch, as on a GPU) make the load queue instead.
     with TritonServer(env={"NLG_PRESET": "tiny", "NLG_MAX_NUM_SEQS": "4"}, extra_args=extra) as server:
         yield server
+
+
+@pytest.fixture(autouse=True)
+def one_instance_after(triton):
+    """Each test leaves gpt2 with one instance, even one that failed midway with more (once the streams end)."""
+    yield
+    scaler = TritonInstanceScaler(f"http://{triton.http_url}", triton.metrics_url, load_timeout=60)
+    try:
+        current = scaler.observe("gpt2").replicas
+        deadline = time.monotonic() + 120
+        while current != 1:
+            try:
+                current = scaler.scale("gpt2", 1, expected=current)
+            except Deferred:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    finally:
+        scaler.close()
 
 
 def metrics_target(server) -> str:
@@ -121,42 +141,48 @@ def test_in_place_scale_in_waits_for_the_streams_in_flight(triton):
         assert instances(triton) == 2
         assert scaler.scale("gpt2", 3, expected=1) == 2  # a stale decision writes nothing
         threads = stream_in_background(load, LONG, 3)
-        # Sent is not yet seen: on a busy machine a request can sit in the client or Triton's front end
-        # for a while. Once the model reports the three, as the scaler reads them:
-        assert model_reports_in_flight(triton, 3)
-        # Streams open on either instance: retiring one now would cut them (tritonserver 2.51
-        # even segfaults), so the scale-in is put off, and the count says which requests wait.
-        with pytest.raises(Deferred, match="3 requests in flight"):
-            scaler.scale("gpt2", 1, expected=2)
-        assert instances(triton) == 2
+        # Sent is not yet seen: a request can sit in the client or Triton's front end for a while.
+        assert model_reports_in_flight(triton)
+        # From then on a scale-in is asked for every 0.1 s, as a control loop would. While a stream is
+        # open on either instance, retiring one would cut it (tritonserver 2.51 even segfaults), so each
+        # is put off, saying how many requests wait; once the last has ended, it is carried out.
+        deferrals = scale_in_when_idle(scaler, timeout=120)
+        assert instances(triton) == 1
         for thread in threads:
             thread.join(120)
-        assert scale_in_once_idle(scaler) == 1  # carried out once the gauges show the streams ended
-        assert scaler.observe("gpt2").replicas == 1
     finally:
         load.join()
         scaler.close()
-    assert instances(triton) == 1
     assert [r.complete for r in load.records] == [True] * 3, [r.error for r in load.records]
+    # The exact count depends on how far the streams had got (on a fast machine the first two can end
+    # within a second), so it is checked against what there was, not against a figure.
+    assert deferrals, "the scale-in was carried out at once, with streams in flight"
+    assert all(re.search(r"waits: [123] requests in flight", message) for _, message in deferrals), deferrals
+    first_deferral = deferrals[0][0]
+    assert any(r.start < first_deferral < r.end for r in load.records if r.end), "no stream spanned a deferral"
 
 
-def scale_in_once_idle(scaler: TritonInstanceScaler) -> int:
-    deadline = time.monotonic() + 5  # the gauges trail the final responses by up to 0.1 s
+def scale_in_when_idle(scaler: TritonInstanceScaler, timeout: float) -> list[tuple[float, str]]:
+    """Asks to scale gpt2 from 2 to 1 every 0.1 s until it is carried out; the deferrals, timed."""
+    deferrals: list[tuple[float, str]] = []
+    deadline = time.monotonic() + timeout
     while True:
         try:
-            return scaler.scale("gpt2", 1, expected=2)
-        except Deferred:
+            scaler.scale("gpt2", 1, expected=2)
+            return deferrals
+        except Deferred as e:
+            deferrals.append((time.monotonic(), str(e)))
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 
 
-def model_reports_in_flight(server, count: int) -> bool:
-    """Whether the server's metrics come to show ``count`` requests of gpt2 running or waiting."""
+def model_reports_in_flight(server) -> bool:
+    """Whether the server's metrics come to show a request of gpt2 running or waiting."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         exposition = httpx.get(server.metrics_url).text
-        if sum(gauge_totals(exposition, "gpt2", ("nlg_requests_running", "nlg_requests_waiting")).values()) == count:
+        if sum(gauge_totals(exposition, "gpt2", ("nlg_requests_running", "nlg_requests_waiting")).values()) > 0:
             return True
         time.sleep(0.05)
     return False
@@ -193,14 +219,17 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
             streams[-1].start()
             trickle_stop.wait(every)
 
+    timeline: dict[float, dict] = {}  # every decision by its time (the view keeps only the latest 50)
+
     def rounds_until(predicate, timeout: float) -> float:
         deadline = time.time() + timeout
         while time.time() < deadline:
             ctl.run_once()
+            timeline.update((d["time"], d) for d in ctl.view("gpt2")["decisions"])
             if predicate():
                 return time.time()
             time.sleep(interval)
-        raise AssertionError(f"timed out; last decisions: {ctl.view('gpt2')['decisions'][:5]}")
+        raise AssertionError(f"timed out; last decisions: {sorted(timeline.items())[-5:]}")
 
     light_s = min(load.send(LIGHT).per_token_ms or 0 for _ in range(2)) * LIGHT.max_tokens / 1000
     trickler = threading.Thread(target=trickle, args=(0.5 * light_s,))
@@ -208,21 +237,21 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
         ctl.run_once()
         load_started = time.time()
         load.start()
-        rounds_until(lambda: any(d["desired"] == 2 for d in ctl.view("gpt2")["decisions"]), 4 * window)
-        decided = min(d["time"] for d in ctl.view("gpt2")["decisions"] if d["desired"] == 2)
-        assert decided - load_started <= 2 * window, ctl.view("gpt2")["decisions"]
+        rounds_until(lambda: any(d["desired"] == 2 for d in timeline.values()), 4 * window)
+        decided = min(t for t, d in timeline.items() if d["desired"] == 2)
+        assert timeline[decided]["current"] == 1, timeline[decided]
+        assert decided - load_started <= 2 * window, sorted(timeline.items())
         rounds_until(lambda: instances(triton) == 2, 60)
         load.stop_arrivals()
         trickler.start()
         # Idle enough to scale in, but a stream is always open: the scale-in waits for it...
-        rounds_until(lambda: any("deferred" in d["reason"] for d in ctl.view("gpt2")["decisions"]), 90)
+        rounds_until(lambda: any("deferred" in d["reason"] for d in timeline.values()), 90)
         assert instances(triton) == 2
-        decisions = ctl.view("gpt2")["decisions"]
-        deferred = min(d["time"] for d in decisions if "deferred" in d["reason"])
+        deferred = min(t for t, d in timeline.items() if "deferred" in d["reason"])
         # The scale-out's own proposal (2) holds the scale-in off for the stabilization window. (Two
         # instances may serve the load well enough to propose 1 before it stops; that is the policy.)
-        wanted_in = min(d["time"] for d in decisions if d["time"] > decided and d["current"] == 2 and d["desired"] == 1)
-        assert wanted_in - decided >= stabilization, decisions
+        wanted_in = min(t for t, d in timeline.items() if t > decided and d["current"] == 2 and d["desired"] == 1)
+        assert wanted_in - decided >= stabilization, sorted(timeline.items())
         trickle_stop.set()
         trickler.join(120)
         for thread in streams:

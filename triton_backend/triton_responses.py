@@ -98,6 +98,10 @@ class ResponseThread:
                     self._handle(item, observations)
                 except Exception:
                     log.exception("sending a response failed")
+                if time.monotonic() >= next_check:
+                    # A backlog that never empties must not hold back the metrics and the cancel checks:
+                    # under overload they are what the autoscaler and the clients wait on.
+                    break
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:

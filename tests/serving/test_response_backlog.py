@@ -1,0 +1,116 @@
+"""The response thread under a backlog: metrics and engine gauges go out while responses still queue.
+
+Triton's Python API is stood in for by a few recording classes (the thread only calls its response
+senders and metric families), so a backlog can be built deterministically: a client that takes 10 ms
+a response, with 30 responses queued before the thread starts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from triton_backend.engine import EngineStats
+from triton_backend.presets import ModelInfo
+from triton_backend.sequence import FinishReason, RequestOutput
+from triton_backend.triton_metrics import TritonMetrics
+from triton_backend.triton_requests import ResponseOptions
+from triton_backend.triton_responses import CANCEL_CHECK_INTERVAL, Open, ResponseThread
+
+BACKLOG = 30
+SEND_SECONDS = 0.01
+
+
+class SlowClient:
+    """A response sender whose client reads a response every 10 ms."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.final = threading.Event()
+
+    def send(self, response: Any, flags: int = 0) -> None:
+        time.sleep(SEND_SECONDS)
+        self.sent += 1
+        if flags:
+            self.final.set()
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class Metric:
+    """Records each update with how many responses the client had read by then."""
+
+    def __init__(self, name: str, client: SlowClient, updates: list[tuple[str, float, int]]) -> None:
+        self._name, self._client, self._updates = name, client, updates
+
+    def set(self, value: float) -> None:
+        self._updates.append((self._name, value, self._client.sent))
+
+    observe = increment = set
+
+
+class PbUtils:
+    GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
+    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+
+    def __init__(self, client: SlowClient) -> None:
+        self.updates: list[tuple[str, float, int]] = []
+        pb = self
+
+        class MetricFamily:
+            GAUGE, COUNTER, HISTOGRAM = pb.GAUGE, pb.COUNTER, pb.HISTOGRAM
+
+            def __init__(self, name: str, description: str, kind: str) -> None:
+                self.name = name
+
+            def Metric(self, labels: dict[str, str], buckets: list[float] | None = None) -> Metric:  # noqa: N802
+                return Metric(self.name, client, pb.updates)
+
+        self.MetricFamily = MetricFamily
+
+    @staticmethod
+    def Tensor(name: str, array: Any) -> tuple[str, Any]:  # noqa: N802
+        return name, array
+
+    @staticmethod
+    def InferenceResponse(output_tensors: Any = None, error: Any = None) -> dict[str, Any]:  # noqa: N802
+        return {"outputs": output_tensors, "error": error}
+
+
+def token(i: int, arrival: float) -> RequestOutput:
+    last = i == BACKLOG - 1
+    return RequestOutput(
+        request_id="r0", time=arrival + 0.001 * (i + 1), texts=("x",), token_ids=((i,),), total_tokens=(i + 1,),
+        finish_reasons=(FinishReason.LENGTH if last else None,), num_input_tokens=3, finished=last, arrival=arrival,
+    )  # fmt: skip
+
+
+def test_gauges_and_token_metrics_go_out_while_a_backlog_is_being_sent():
+    client = SlowClient()
+    pb = PbUtils(client)
+    info = ModelInfo("tiny", "", True, 0, "float32", "cpu")
+    stats = EngineStats(running_requests=5, waiting_requests=2, kv_pages_used=1, kv_pages_total=10, preemptions=0)
+    thread = ResponseThread(pb, TritonMetrics(pb, "gpt2", "1", "gpt2_0_0", info), lambda: stats, lambda _: None)
+    options = ResponseOptions(True, True, False, False, False, "hi")
+    arrival = time.monotonic()
+    thread.put(Open("r0", client, options, 1))
+    for i in range(BACKLOG):
+        thread.put(token(i, arrival))
+    # 0 s: 30 responses queued, the client reads one every 10 ms (0.3 s in all).
+    thread.start()
+    try:
+        assert client.final.wait(10)
+    finally:
+        thread.stop()
+    assert client.sent == BACKLOG
+    running = [sent for name, value, sent in pb.updates if name == "nlg_requests_running" and value == 5]
+    gaps = [sent for name, _, sent in pb.updates if name == "nlg_inter_token_latency_seconds"]
+    # ~0.1 s: the gauges and the token gaps seen so far are published with about 10 responses read, not
+    # held until the queue is empty.
+    behind = BACKLOG - CANCEL_CHECK_INTERVAL / SEND_SECONDS
+    assert running and running[0] < behind, pb.updates
+    assert gaps and gaps[0] < behind, pb.updates
+    # Every gap between the 30 tokens is recorded once all the same.
+    assert len(gaps) == BACKLOG - 1

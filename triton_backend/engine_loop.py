@@ -85,7 +85,6 @@ class EngineLoop:
 
     def _run(self) -> None:
         stop_at: float | None = None
-        applied = 0
         while True:
             block = stop_at is None and not self._engine.has_work
             applied = 0

@@ -51,14 +51,8 @@ def one_instance_after(triton):
     scaler = TritonInstanceScaler(f"http://{triton.http_url}", triton.metrics_url, load_timeout=60)
     try:
         current = scaler.observe("gpt2").replicas
-        deadline = time.monotonic() + 120
-        while current != 1:
-            try:
-                current = scaler.scale("gpt2", 1, expected=current)
-            except Deferred:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        if current != 1:
+            scale_in_when_idle(scaler, timeout=120, expected=current)
     finally:
         scaler.close()
 
@@ -162,13 +156,13 @@ def test_in_place_scale_in_waits_for_the_streams_in_flight(triton):
     assert any(r.start < first_deferral < r.end for r in load.records if r.end), "no stream spanned a deferral"
 
 
-def scale_in_when_idle(scaler: TritonInstanceScaler, timeout: float) -> list[tuple[float, str]]:
-    """Asks to scale gpt2 from 2 to 1 every 0.1 s until it is carried out; the deferrals, timed."""
+def scale_in_when_idle(scaler: TritonInstanceScaler, timeout: float, expected: int = 2) -> list[tuple[float, str]]:
+    """Asks to scale gpt2 from ``expected`` to 1 every 0.1 s until it is carried out; the deferrals, timed."""
     deferrals: list[tuple[float, str]] = []
     deadline = time.monotonic() + timeout
     while True:
         try:
-            scaler.scale("gpt2", 1, expected=2)
+            scaler.scale("gpt2", 1, expected=expected)
             return deferrals
         except Deferred as e:
             deferrals.append((time.monotonic(), str(e)))

@@ -52,7 +52,6 @@ class Metric:
 
 
 class PbUtils:
-    GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
     TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 
     def __init__(self, client: SlowClient) -> None:
@@ -60,7 +59,7 @@ class PbUtils:
         pb = self
 
         class MetricFamily:
-            GAUGE, COUNTER, HISTOGRAM = pb.GAUGE, pb.COUNTER, pb.HISTOGRAM
+            GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
 
             def __init__(self, name: str, description: str, kind: str) -> None:
                 self.name = name

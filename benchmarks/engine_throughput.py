@@ -67,9 +67,11 @@ def drive(
     output: int,
     sync: Callable[[], None] = lambda: None,
     sampling: SamplingParams = GREEDY,
+    step_seconds: list[float] | None = None,
 ) -> tuple[Observations, float]:
     """Warm the engine up, then run `streams` requests arriving at once to completion; returns what
-    the serving metrics would observe and the seconds it took. `sync` waits for the device."""
+    the serving metrics would observe and the seconds it took. `sync` waits for the device; each
+    step's wall time goes to `step_seconds` when given."""
     engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
     while engine.has_work:  # first calls pay for lazy initialisation; keep them out of the figures
         engine.step()
@@ -79,9 +81,14 @@ def drive(
     start = time.perf_counter()
     for i, ids in enumerate(prompts(streams, prompt)):
         engine.add(str(i), ids, params, arrival=start)
+    last = start
     while engine.has_work:
         for out in engine.step():
             tracker.observe(out, seen)
+        if step_seconds is not None:
+            now = time.perf_counter()
+            step_seconds.append(now - last)
+            last = now
     return seen, time.perf_counter() - start
 
 

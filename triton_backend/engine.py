@@ -16,7 +16,7 @@ from triton_backend.detokenizer import TextStream
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.presets import EOS_TOKEN_ID
-from triton_backend.runner import GPT2Runner, PrefillInput
+from triton_backend.runner import DecodeInput, GPT2Runner, PrefillInput
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import PrefillChunk, Scheduler, SchedulerConfig
@@ -90,19 +90,20 @@ class Engine:
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         plan = self.scheduler.schedule()
+        work = [chunk for chunk in plan.prefill if chunk.end > chunk.start]
+        decode_logits, chunk_logits = self.runner.step(
+            [DecodeInput(seq.pages, seq.last_token, seq.position) for seq in plan.decode],
+            [PrefillInput(c.sequence.pages, c.sequence.sampling.token_ids[c.start : c.end], c.start) for c in work],
+        )
         touched: dict[str, Request] = {}
-        if plan.decode:
-            logits = self.runner.decode(
-                [seq.pages for seq in plan.decode],
-                [seq.last_token for seq in plan.decode],
-                [seq.position for seq in plan.decode],
-            )
+        if decode_logits is not None:
             for seq in plan.decode:
                 seq.cached = seq.position + 1
-            self._sample(plan.decode, logits)
+            self._sample(plan.decode, decode_logits)
             for request in self.scheduler.running:
                 touched[request.request_id] = request
-        for request in self._prefill(plan.prefill):
+        rows = {} if chunk_logits is None else {id(chunk): row for chunk, row in zip(work, chunk_logits, strict=True)}
+        for request in self._prefill(plan.prefill, rows):
             touched[request.request_id] = request
         now = self._clock()
         outputs = []
@@ -125,16 +126,9 @@ class Engine:
             preemptions=self.scheduler.preemptions,
         )
 
-    def _prefill(self, chunks: list[PrefillChunk]) -> list[Request]:
-        """Run a step's chunks in one forward pass; returns the fresh requests whose prefill it
-        completed (their first tokens sampled)."""
-        work = [chunk for chunk in chunks if chunk.end > chunk.start]
-        logits: dict[int, torch.Tensor] = {}
-        if work:
-            inputs = [
-                PrefillInput(c.sequence.pages, c.sequence.sampling.token_ids[c.start : c.end], c.start) for c in work
-            ]
-            logits = {id(chunk): row for chunk, row in zip(work, self.runner.prefill(inputs), strict=True)}
+    def _prefill(self, chunks: list[PrefillChunk], logits: dict[int, torch.Tensor]) -> list[Request]:
+        """Finish a step's chunks (`logits`: each computed chunk's last row, by id); returns the fresh
+        requests whose prefill it completed (their first tokens sampled)."""
         started = []
         for chunk in chunks:
             if not chunk.last:

@@ -98,10 +98,12 @@ def build_model(
         source, random_weights = str(path), False
     else:
         config = preset_config(preset)
-        generator_state = torch.random.get_rng_state()
-        torch.manual_seed(seed)
-        model = GPT2LMHeadModel(config)
-        torch.random.set_rng_state(generator_state)
+        # Initialised on the device itself: gpt2-xl's 1.5B normal draws take tens of seconds on a CPU.
+        # (So a seed gives other weights on a GPU than on the CPU; each is reproducible.)
+        gpus = [torch.cuda.current_device() if device.index is None else device.index] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=gpus), device:
+            torch.manual_seed(seed)
+            model = GPT2LMHeadModel(config)
         torch.nn.Module.to(model, dtype=dtype)
         source, random_weights = f"preset {preset}", True
     if model.config.n_positions < CONTEXT_LENGTH:

@@ -3,7 +3,7 @@
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
 attention is ours, because it reads and writes each sequence's own pages at its own position. That is
 what lets sequences of different lengths decode together in one batch. The gather index of a step is
-built once and serves every layer. On a GPU, decode steps replay CUDA graphs instead (graph_decode);
+built once and serves every layer. On a GPU, steps replay CUDA graphs instead (graph_steps);
 on the CPU in float32 the projections and the LM head run through oneDNN with packed weights
 (cpu_linear), swapped into the model when the runner is built.
 """
@@ -22,7 +22,7 @@ from triton_backend import cpu_linear
 from triton_backend.kv_cache import CacheShape, PagedKVCache
 
 if TYPE_CHECKING:
-    from triton_backend.graph_decode import GraphDecoder
+    from triton_backend.graph_steps import GraphSteps
 
 
 def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
@@ -37,6 +37,13 @@ def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
 
 
 @dataclass(frozen=True)
+class DecodeInput:
+    pages: list[int]  # the sequence's page table
+    token_id: int  # the last token, to cache at `position`
+    position: int
+
+
+@dataclass(frozen=True)
 class PrefillInput:
     pages: list[int]  # the sequence's page table
     token_ids: list[int]  # the tokens to cache, at positions start..
@@ -44,8 +51,9 @@ class PrefillInput:
 
 
 class GPT2Runner:
-    """`graph_batch` > 0 on a CUDA device: decode steps of up to that many sequences replay CUDA graphs
-    (`graph_decode`); otherwise, and on the CPU, they run eagerly over a gathered cache.
+    """`graph_batch` > 0 on a CUDA device: steps of up to that many decoding sequences, and with
+    `graph_prefill_tokens` > 0 up to that many prefill tokens beside them, replay CUDA graphs
+    (`graph_steps`); otherwise, and on the CPU, they run eagerly over a gathered cache.
 
     The runner owns `model` from then on: on the CPU in float32 (and with `pack_cpu`) its projections
     are replaced in place by oneDNN-packed ones, sized for batches of `batch_hint` rows.
@@ -56,6 +64,7 @@ class GPT2Runner:
         model: GPT2LMHeadModel,
         cache: PagedKVCache,
         graph_batch: int = 0,
+        graph_prefill_tokens: int = 0,
         pack_cpu: bool = True,
         batch_hint: int = 16,
     ) -> None:
@@ -70,14 +79,34 @@ class GPT2Runner:
         by_layer = config.scale_attn_by_inverse_layer_idx
         self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
         self.packed_linears = cpu_linear.pack_cpu_linears(model, batch_hint) if pack_cpu else 0
-        self.graphs: GraphDecoder | None = None
+        self.graphs: GraphSteps | None = None
         if graph_batch > 0 and self.device.type == "cuda":
             # Imported here: CPU-only processes need neither the kernels nor their compilation.
             from triton_backend import gpu_kernels
-            from triton_backend.graph_decode import GraphDecoder
+            from triton_backend.graph_steps import GraphSteps
 
             if gpu_kernels.available():
-                self.graphs = GraphDecoder(model, cache, self.scales, graph_batch)
+                self.graphs = GraphSteps(model, cache, self.scales, graph_batch, graph_prefill_tokens)
+
+    @torch.inference_mode()
+    def step(
+        self, decode: list[DecodeInput], chunks: list[PrefillInput]
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """A step's decode rows and prefill chunks; returns the logits of each decode row and of each
+        chunk's last position (fp32; None for an empty part). One graph replay where one fits."""
+        if self.graphs is not None:
+            done = self.graphs.step(
+                [d.pages for d in decode], [d.token_id for d in decode], [d.position for d in decode],
+                [(c.pages, c.token_ids, c.start) for c in chunks],
+            )  # fmt: skip
+            if done is not None:
+                return (done[0] if decode else None), (done[1] if chunks else None)
+        decoded = (
+            self.decode([d.pages for d in decode], [d.token_id for d in decode], [d.position for d in decode])
+            if decode
+            else None
+        )
+        return decoded, self.prefill(chunks) if chunks else None
 
     @torch.inference_mode()
     def prefill(self, chunks: list[PrefillInput]) -> torch.Tensor:
@@ -121,8 +150,10 @@ class GPT2Runner:
         self, page_tables: list[list[int]], token_ids: list[int], positions: list[int]
     ) -> torch.Tensor:
         """One token for each sequence at its position; returns logits [batch, vocab] (fp32)."""
-        if self.graphs is not None and len(page_tables) <= self.graphs.max_batch:
-            return self.graphs.decode(page_tables, token_ids, positions)
+        if self.graphs is not None:
+            done = self.graphs.step(page_tables, token_ids, positions, [])
+            if done is not None:
+                return done[0]
         batch = len(page_tables)
         ids = torch.tensor(token_ids, device=self.device)[:, None]
         pos = torch.tensor(positions, device=self.device)

@@ -19,16 +19,12 @@ from typing import Any
 import torch
 import triton_python_backend_utils as pb_utils
 
-from triton_backend.engine import Engine
+from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory
-from triton_backend.kv_cache import PagedKVCache, pages_for_budget
-from triton_backend.presets import build_model, parse_dtype
-from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import InvalidRequest, Limits
-from triton_backend.scheduler import SchedulerConfig
 from triton_backend.settings import ModelSettings, load_settings
-from triton_backend.tokenizer import load_tokenizer, token_bytes
+from triton_backend.tokenizer import load_tokenizer
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import parse_request
 from triton_backend.triton_responses import Open, Reject, ResponseThread
@@ -51,27 +47,11 @@ class GPT2Model:
             device = torch.device("cuda", int(args.get("model_instance_device_id", "0")))
         else:
             device = torch.device("cpu")
-        dtype = parse_dtype(settings.dtype, device)
-        model, info = build_model(
-            settings.preset, settings.weights_path or None, device, dtype, settings.seed
-        )
-        shape = cache_shape(model)
-        max_n = min(settings.max_n, settings.max_num_seqs)
-        full_context = shape.bytes_per_page * shape.pages_per_sequence
-        budget = settings.kv_cache_bytes or full_context * settings.max_num_seqs
-        cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
-        self._limits = Limits(max_n=max_n)
+        built = build_engine(settings, device)
+        engine, info, runner, cache = built.engine, built.info, built.runner, built.engine.cache
+        shape = cache.shape
+        self._limits = Limits(max_n=built.max_n)
         self._tokenizer = load_tokenizer()
-        runner = GPT2Runner(model, cache, graph_batch=settings.max_num_seqs if settings.cuda_graphs else 0)
-        engine = Engine(
-            runner,
-            token_bytes(),
-            SchedulerConfig(
-                prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs
-            ),
-            clock=time.monotonic,
-            seed=settings.seed,
-        )
         metrics = TritonMetrics(
             pb_utils, args["model_name"], args["model_version"], args.get("model_instance_name", ""), info
         )

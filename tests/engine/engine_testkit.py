@@ -41,10 +41,11 @@ def make_engine(
     max_num_seqs: int = 64,
     device: torch.device = CPU,
     graph_batch: int = 0,
+    graph_prefill_tokens: int = 0,
 ) -> Engine:
     cache = PagedKVCache(cache_shape(model), pages, device)
     config = SchedulerConfig(prefill_chunk_tokens=chunk, max_num_seqs=max_num_seqs)
-    runner = GPT2Runner(served_copy(model), cache, graph_batch=graph_batch)
+    runner = GPT2Runner(served_copy(model), cache, graph_batch=graph_batch, graph_prefill_tokens=graph_prefill_tokens)
     return Engine(runner, token_bytes(), config, FakeClock())
 
 

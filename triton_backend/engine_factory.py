@@ -1,0 +1,56 @@
+"""Builds the engine a model instance serves, from its settings: the one place that does.
+
+The Triton model, the benchmarks and the profiler all call `build_engine`, so what they measure is what
+is served (cache budget, max_n clamp, CUDA graphs for decode batches and prefill chunks).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from triton_backend.engine import Engine
+from triton_backend.kv_cache import PagedKVCache, pages_for_budget
+from triton_backend.presets import ModelInfo, build_model, parse_dtype
+from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.scheduler import SchedulerConfig
+from triton_backend.settings import ModelSettings
+from triton_backend.tokenizer import token_bytes
+
+
+@dataclass(frozen=True)
+class BuiltEngine:
+    engine: Engine
+    info: ModelInfo
+    max_n: int  # choices a request may ask for: at most max_num_seqs, whatever max_n says
+
+    @property
+    def runner(self) -> GPT2Runner:
+        return self.engine.runner
+
+
+def build_engine(
+    settings: ModelSettings, device: torch.device, clock: Callable[[], float] = time.monotonic
+) -> BuiltEngine:
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # graphs are captured on the current device
+    dtype = parse_dtype(settings.dtype, device)
+    model, info = build_model(settings.preset, settings.weights_path or None, device, dtype, settings.seed)
+    shape = cache_shape(model)
+    max_n = min(settings.max_n, settings.max_num_seqs)
+    full_context = shape.bytes_per_page * shape.pages_per_sequence
+    budget = settings.kv_cache_bytes or full_context * settings.max_num_seqs
+    cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
+    graphs = settings.cuda_graphs
+    runner = GPT2Runner(
+        model,
+        cache,
+        graph_batch=settings.max_num_seqs if graphs else 0,
+        graph_prefill_tokens=settings.prefill_chunk_tokens if graphs else 0,
+    )
+    scheduler = SchedulerConfig(prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs)
+    engine = Engine(runner, token_bytes(), scheduler, clock=clock, seed=settings.seed)
+    return BuiltEngine(engine, info, max_n)

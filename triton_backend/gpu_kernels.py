@@ -71,17 +71,19 @@ if triton is not None:
         rstd = tl.zeros((ROWS,), tl.float32)
         if NORM:
             cols = tl.arange(0, KP)
-            ok = row_ok[:, None] & (cols < K)[None, :]
-            at = rows[:, None] * stride_xm + cols[None, :]
-            h = tl.load(x_ptr + at, mask=ok, other=0.0)
+            whole = row_ok[:, None] & (cols < K)[None, :]
+            whole_at = rows[:, None] * stride_xm + cols[None, :]
+            h = tl.load(x_ptr + whole_at, mask=whole, other=0.0)
             if ADD:
                 # The sum is rounded to the stream's dtype before it is normalised, as unfused ops do.
-                h = (h.to(tl.float32) + tl.load(delta_ptr + at, mask=ok, other=0.0).to(tl.float32)).to(element)
+                h = (h.to(tl.float32) + tl.load(delta_ptr + whole_at, mask=whole, other=0.0).to(tl.float32)).to(
+                    element
+                )
                 if pid == 0:
-                    tl.store(h_out_ptr + at, h, mask=ok)
+                    tl.store(h_out_ptr + whole_at, h, mask=whole)
             hf = h.to(tl.float32)
             mean = tl.sum(hf, axis=1) / K
-            centred = tl.where(ok, hf - mean[:, None], 0.0)
+            centred = tl.where(whole, hf - mean[:, None], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=1) / K + eps)
         acc = tl.zeros((ROWS, BN), tl.float32)
         for k0 in range(0, K, BK):

@@ -6,6 +6,16 @@ backend and the stub that matches the interpreter; the stub loads libpython dyna
 interpreter's LIBDIR goes first on the library path (an older system libpython breaks extension
 modules such as _ssl). The model runs in the stub's interpreter, which finds this environment's
 packages through PYTHONPATH.
+
+Where nvidia-pytriton cannot be installed, the environment variable NLG_TRITON_HOME names a directory
+laid out as the wheel's site-packages: `pytriton/tritonserver/...` and `nvidia_pytriton.libs/` (what
+scripts/pack_gpu_bundle.py packs and scripts/gpu_bundle_env.sh unpacks); the server is taken from
+there and pytriton is not imported. Unset, the installed wheel is used.
+
+The stub of Triton 2.51 is built with a pybind11 that predates numpy 2: under numpy 2 it reads every
+request tensor of more than one byte as its first byte repeated (a prompt arrives as garbage). Where
+the environment has numpy 2, NLG_STUB_PYTHONPATH names directories that the model's interpreter
+searches before this environment's packages, e.g. one holding numpy 1.26 (the bundle above has one).
 """
 
 from __future__ import annotations
@@ -27,10 +37,20 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import pytriton
 
-_TRITON = Path(pytriton.__file__).parent / "tritonserver"
-_LIBS = Path(pytriton.__file__).parent.parent / "nvidia_pytriton.libs"
+def _triton_home() -> Path:
+    """The site-packages-like directory holding pytriton/tritonserver and nvidia_pytriton.libs."""
+    home = os.environ.get("NLG_TRITON_HOME")
+    if home:
+        return Path(home).resolve()
+    import pytriton
+
+    return Path(pytriton.__file__).parent.parent
+
+
+_HOME = _triton_home()
+_TRITON = _HOME / "pytriton" / "tritonserver"
+_LIBS = _HOME / "nvidia_pytriton.libs"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_REPOSITORY = PROJECT_ROOT / "model_repository"
 
@@ -62,10 +82,10 @@ def backend_directory() -> Path:
 def server_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     libdir = sysconfig.get_config_var("LIBDIR") or ""
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(
-        p for p in (libdir, str(_LIBS), env.get("LD_LIBRARY_PATH", "")) if p
-    )
-    paths = [str(PROJECT_ROOT), *site.getsitepackages(), env.get("PYTHONPATH", "")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, str(_LIBS), env.get("LD_LIBRARY_PATH", "")) if p)
+    # NLG_STUB_PYTHONPATH goes before this environment's packages (numpy 1.x over an environment's numpy 2).
+    stub_first = env.get("NLG_STUB_PYTHONPATH", "")
+    paths = [stub_first, str(PROJECT_ROOT), *site.getsitepackages(), env.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     # The engine runs on a thread of the stub; one arena keeps its step memory for reuse (host_memory).
     env.setdefault("MALLOC_ARENA_MAX", "1")

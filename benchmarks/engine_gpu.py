@@ -1,23 +1,24 @@
 """The engine on one CUDA GPU, gpt2-xl in fp16, against the HBM-bandwidth roofline; all in one run.
 
-    python benchmarks/engine_gpu.py --triton --compile --json $OUT/engine_gpu.json
+    python benchmarks/engine_gpu.py --parts steps runs triton compile --json $OUT/engine_gpu.json
     python benchmarks/engine_gpu.py --render benchmarks/engine_gpu.json --report benchmarks/engine_gpu.md
 
 1. Bandwidth: a large device-to-device copy (bytes read + written over time), the roofline's rate.
 2. Model step alone, context 192, batch 1..64: the served step (CUDA graph; our streaming projections
    and split-context attention where `gpu_configs` chose them) against the path before them (graph,
    cuBLAS projections, one attention program per row and head), the eager path, and torch.compile
-   (`--compile`, mode max-autotune) of the same forward pass.
+   (part `compile`, mode max-autotune) of the same forward pass.
 3. Through the engine at the served defaults (scheduling, sampling, detokenizing; what a stream sees):
    1/4/16/64 streams of 128 prompt and 128 output tokens (ignore_eos), all arriving at once; at 64
    streams also with prefill chunks outside the graphs (the path before mixed steps), with 1,024-token
    chunks, and eagerly.
-4. Through tritonserver (`--triton`): the same 64 streams over one gRPC stream against the same engine
+4. Through tritonserver (part `triton`): the same 64 streams over one gRPC stream against the same engine
    in-process, as back-to-back pairs, the server and the load generator on separate cores.
 
 Roofline: a decode step must read every weight once and each sequence's cached keys and values
 (2 x layers x width x bytes per position); its floor is those bytes over the measured bandwidth.
-The report is rendered from the results file alone (`--render`), so its prose carries no number by hand.
+The report is rendered from results files alone (`--render`, several merged in order: parts measured
+in separate runs), so its prose carries no number by hand.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ GPU = torch.device("cuda")
 GOAL_ITL_MS = 2.0
 GOAL_TOKENS_PER_S = 10_000
 GOAL_TRITON_RATIO = 0.9
+PARTS = ("steps", "runs", "triton", "compile")
 
 
 def bandwidth() -> float:
@@ -409,11 +411,10 @@ def main() -> int:
     parser.add_argument("--prompt", type=int, default=128)
     parser.add_argument("--output", type=int, default=128)
     parser.add_argument("--context", type=int, default=192)
-    parser.add_argument("--triton", action="store_true", help="also measure through tritonserver")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=["steps", "runs"])
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile max-autotune")
     parser.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--render", type=Path, help="only render the report from this results file")
+    parser.add_argument("--render", type=Path, nargs="+", help="only render the report from these results files")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -421,7 +422,9 @@ def main() -> int:
         print(json.dumps(compiled_steps(args.preset, args.dtype, args.batches, args.context)))
         return 0
     if args.render:
-        results = json.loads(args.render.read_text())
+        results = {}
+        for path in args.render:
+            results.update(json.loads(path.read_text()))
     else:
         results = measure(args)
         if args.json:
@@ -456,15 +459,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     print(json.dumps(meta), flush=True)
     roof = Roofline(meta)
     results: dict[str, Any] = {"meta": meta}
-    results["steps"] = model_steps(args.preset, args.dtype, args.batches, args.context, roof)
-    results["runs"] = engine_runs(args.preset, args.dtype, args.streams, args.prompt, args.output, roof)
-    if args.triton:
+    if "steps" in args.parts:
+        results["steps"] = model_steps(args.preset, args.dtype, args.batches, args.context, roof)
+    if "runs" in args.parts:
+        results["runs"] = engine_runs(args.preset, args.dtype, args.streams, args.prompt, args.output, roof)
+    if "triton" in args.parts:
         try:
             results["triton"] = triton_pairs(args.preset, args.dtype, max(args.streams), args.prompt, args.output,
                                              args.pairs)  # fmt: skip
         except Exception as error:  # the report says what broke; the engine's figures stand
             results["triton_status"] = f"failed: {error!r}"[:300]
-    if args.compile:
+    if "compile" in args.parts:
         compiled = in_child("--compile-worker", args, timeout=360)
         if isinstance(compiled, list):
             results["compiled"] = compiled

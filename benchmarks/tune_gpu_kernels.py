@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import triton
 
 from triton_backend.gpu_configs import TABLE
 from triton_backend.gpu_kernels import AttentionConfig, LinearConfig, add_layer_norm, linear, paged_attention
@@ -128,8 +129,11 @@ def _compile_shape(job: tuple[str, str, int]) -> int:
         operands = Operands({**shape, "n": min(shape["n"], 256)}, rows, dtype)
         operands.weights = operands.weights[:1]
         for config in candidates(rows):
-            operands.ours(config)(0)
-            compiled += 1
+            try:
+                operands.ours(config)(0)
+                compiled += 1
+            except triton.runtime.errors.OutOfResources:  # too large for this GPU: timed as never
+                pass
     torch.cuda.synchronize()
     return compiled
 
@@ -142,7 +146,12 @@ def tune_linear(preset: str, dtype: torch.dtype) -> tuple[dict[str, Any], list[d
         for rows in ROWS:
             operands = Operands(shape, rows, dtype)
             baseline = graph_time(operands.cublas())
-            timed = [(graph_time(operands.ours(config)), config) for config in candidates(rows)]
+            timed = []
+            for config in candidates(rows):
+                try:
+                    timed.append((graph_time(operands.ours(config)), config))
+                except triton.runtime.errors.OutOfResources:
+                    continue
             best_time, best = min(timed, key=lambda t: t[0])
             weight_bytes = shape["n"] * shape["k"] * operands.x.element_size()
             row = {

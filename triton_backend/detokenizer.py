@@ -15,43 +15,40 @@ from triton_backend.presets import EOS_TOKEN_ID
 class TextStream:
     def __init__(self, token_bytes: list[bytes], stop: tuple[str, ...]) -> None:
         self._token_bytes = token_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = stop
         self._holdback = max((len(s) for s in stop), default=1) - 1
-        self._text = ""
-        self._emitted = 0
+        self._partial = b""  # the first bytes of a character whose other bytes are still to come
+        self._held = ""  # decoded, not yet safe to send
         self.stopped = False
 
     def push(self, token_id: int) -> str:
         """Add one token; returns the text that is now safe to send (may be empty)."""
         if self.stopped:
             return ""
-        if token_id != EOS_TOKEN_ID:
-            self._text += self._decoder.decode(self._token_bytes[token_id])
-        return self._release(final=False)
+        if token_id == EOS_TOKEN_ID:
+            text = ""
+        else:
+            data = self._partial + self._token_bytes[token_id]
+            text, used = codecs.utf_8_decode(data, "replace", False)
+            self._partial = data[used:]
+        return self._release(text, final=False) if self._stop else text
 
     def finish(self) -> str:
         """The text still held back, once no more tokens will come."""
         if self.stopped:
             return ""
-        self._text += self._decoder.decode(b"", final=True)
-        return self._release(final=True)
+        text = codecs.utf_8_decode(self._partial, "replace", True)[0]
+        self._partial = b""
+        return self._release(text, final=True) if self._stop else text
 
-    @property
-    def text(self) -> str:
-        return self._text[: self._emitted]
-
-    def _release(self, final: bool) -> str:
-        if self._stop:
-            # Everything before _emitted was checked already: a new hit cannot start earlier.
-            hits = [i for i in (self._text.find(s, self._emitted) for s in self._stop) if i >= 0]
-            if hits:
-                return self._emit_until(min(hits), stopped=True)
-        safe = len(self._text) if final else len(self._text) - self._holdback
-        return self._emit_until(max(safe, self._emitted), stopped=False)
-
-    def _emit_until(self, end: int, stopped: bool) -> str:
-        delta = self._text[self._emitted : end]
-        self._emitted = end
-        self.stopped = stopped
-        return delta
+    def _release(self, text: str, final: bool) -> str:
+        # What was sent before was checked already: a new hit cannot start earlier.
+        held = self._held + text
+        hits = [i for i in (held.find(s) for s in self._stop) if i >= 0]
+        if hits:
+            self.stopped = True
+            self._held = ""
+            return held[: min(hits)]
+        end = len(held) if final else max(len(held) - self._holdback, 0)
+        self._held = held[end:]
+        return held[:end]

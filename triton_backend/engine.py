@@ -111,8 +111,9 @@ class Engine:
             for seq in request.sequences:
                 if seq.finish_reason is not None and seq.pages:
                     self.scheduler.sequence_finished(request, seq)
-            outputs.append(self._output(request, now))
-            if request.finished:
+            output = self._output(request, now)
+            outputs.append(output)
+            if output.finished:
                 self.scheduler.request_finished(request)
                 del self._requests[request.request_id]
         return outputs
@@ -164,17 +165,22 @@ class Engine:
             seq.new_text += seq.text.finish()
 
     def _output(self, request: Request, now: float) -> RequestOutput:
-        output = RequestOutput(
+        seqs = request.sequences
+        texts, token_ids, totals, reasons = zip(
+            *[(seq.new_text, tuple(seq.new_token_ids), seq.sampling.generated, seq.finish_reason) for seq in seqs],
+            strict=True,
+        )
+        for seq in seqs:
+            seq.new_text = ""
+            seq.new_token_ids.clear()
+        return RequestOutput(
             request_id=request.request_id,
             time=now,
-            texts=tuple(seq.new_text for seq in request.sequences),
-            token_ids=tuple(tuple(seq.new_token_ids) for seq in request.sequences),
-            total_tokens=tuple(seq.generated for seq in request.sequences),
-            finish_reasons=tuple(seq.finish_reason for seq in request.sequences),
+            texts=texts,
+            token_ids=token_ids,
+            total_tokens=totals,
+            finish_reasons=reasons,
             num_input_tokens=len(request.prompt_ids),
             finished=request.finished,
             arrival=request.arrival,
         )
-        for seq in request.sequences:
-            seq.new_text, seq.new_token_ids = "", []
-        return output

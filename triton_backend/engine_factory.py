@@ -35,7 +35,7 @@ class BuiltEngine:
 def build_engine(
     settings: ModelSettings, device: torch.device, clock: Callable[[], float] = time.monotonic
 ) -> BuiltEngine:
-    if device.type == "cuda":
+    if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # graphs are captured on the current device
     dtype = parse_dtype(settings.dtype, device)
     model, info = build_model(settings.preset, settings.weights_path or None, device, dtype, settings.seed)

@@ -10,7 +10,7 @@ own Python, and the tokens come back to the host in one transfer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,8 @@ from triton_backend.sampling_params import SamplingParams
 
 #: How many of a row's most likely tokens top-p looks at before it sorts the whole vocabulary.
 NUCLEUS_HEAD = 1024
+#: Uniform numbers a sampling row draws from its generator at once.
+UNIFORMS_AHEAD = 64
 
 
 @dataclass
@@ -30,20 +32,33 @@ class SamplingState:
     """A CPU generator; None for greedy choices."""
     token_ids: list[int]  # prompt and generated so far; n-gram bans look at both, as transformers does
     generated: int
+    _ahead: list[float] = field(default_factory=list, repr=False)  # drawn from `generator` ahead of need, the next last
+
+    def uniform(self) -> float:
+        """The generator's next number in [0, 1): what ``torch.rand(1, generator=...)`` would give."""
+        if not self._ahead:
+            # One call for many steps: torch.rand(k) yields the numbers k calls of torch.rand(1) would.
+            self._ahead = torch.rand(UNIFORMS_AHEAD, generator=self.generator).tolist()[::-1]
+        number: float = self._ahead.pop()
+        return number
 
 
 def sample(logits: torch.Tensor, states: list[SamplingState]) -> list[int]:
     """Next token for each row of `logits` [batch, vocab] (fp32)."""
     for row, state in enumerate(states):
-        _apply_bans(logits[row], state)
+        params = state.params
+        if state.generated < params.min_tokens or params.no_repeat_ngram_size:
+            _apply_bans(logits[row], state)
     drawn = [row for row, state in enumerate(states) if not state.params.greedy]
     if len(drawn) == len(states):  # the usual batch: every row samples, no rows to gather
-        return [int(token) for token in _sample_rows(logits, states).tolist()]
-    picks = logits.argmax(dim=-1)
-    if drawn:
-        index = torch.tensor(drawn, device=logits.device)
-        picks[index] = _sample_rows(logits[index], [states[row] for row in drawn])
-    return [int(token) for token in picks.tolist()]
+        picks = _sample_rows(logits, states)
+    else:
+        picks = logits.argmax(dim=-1)
+        if drawn:
+            index = torch.tensor(drawn, device=logits.device)
+            picks[index] = _sample_rows(logits[index], [states[row] for row in drawn])
+    tokens: list[int] = picks.tolist()
+    return tokens
 
 
 def _apply_bans(row: torch.Tensor, state: SamplingState) -> None:
@@ -83,7 +98,7 @@ def _sample_rows(logits: torch.Tensor, states: list[SamplingState]) -> torch.Ten
     # Unnormalized weights: the CDF's last value is the total, which the point is scaled to.
     cdf = scaled.sub_(scaled.amax(dim=-1, keepdim=True)).exp_().cumsum_(dim=-1)
     total = cdf[:, -1]
-    uniform = torch.cat([torch.rand(1, generator=state.generator) for state in states]).to(device)
+    uniform = torch.tensor([state.uniform() for state in states], device=device)
     # Strictly below the total, a point can only fall in a token with mass: searching to the right
     # skips every token whose mass is zero (banned or filtered), since it leaves the CDF flat.
     point = torch.minimum(uniform * total, torch.nextafter(total, torch.zeros_like(total)))

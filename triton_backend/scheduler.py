@@ -70,9 +70,7 @@ class Scheduler:
     def add(self, request: Request) -> None:
         request.predicted_tokens = self.predictor.predict(request.params, len(request.prompt_ids))
         deadline = request.deadline
-        heapq.heappush(
-            self._waiting, (deadline if deadline is not None else float("inf"), next(self._order), request)
-        )
+        heapq.heappush(self._waiting, (deadline if deadline is not None else float("inf"), next(self._order), request))
 
     def remove(self, request_id: str) -> Request | None:
         for group in (self.prefilling, self.running):
@@ -92,7 +90,7 @@ class Scheduler:
         plan = Schedule()
         self._make_room_for_decode(plan)
         plan.decode = [seq for request in self.running for seq in request.sequences if seq.running]
-        self._admit()
+        self._admit(len(plan.decode))
         self._plan_prefill(plan)
         return plan
 
@@ -103,9 +101,7 @@ class Scheduler:
     def sequence_finished(self, request: Request, seq: Sequence) -> None:
         self.cache.release(seq.pages)
         if seq.generated:
-            self.predictor.observe(
-                request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens
-            )
+            self.predictor.observe(request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens)
 
     def request_finished(self, request: Request) -> None:
         for group in (self.running, self.prefilling):
@@ -114,11 +110,12 @@ class Scheduler:
         self._free(request)
 
     def _make_room_for_decode(self, plan: Schedule) -> None:
+        page_size = self.cache.shape.page_size
         for request in list(self.running):
-            if request not in self.running:
+            if request in plan.preempted:
                 continue  # preempted below, while making room for an earlier one
             for seq in request.sequences:
-                if seq.running and seq.position // self.cache.shape.page_size >= len(seq.pages):
+                if seq.running and seq.position // page_size >= len(seq.pages):
                     if not self._ensure_free_page(plan, keep=request):
                         break
                     seq.pages.append(self.cache.allocate())
@@ -146,9 +143,7 @@ class Scheduler:
         # The prediction was too short: admit it next time against a doubled one (S3's re-bucketing),
         # so it is not preempted over and over.
         generated = max(seq.generated for seq in request.sequences)
-        request.predicted_tokens = min(
-            request.params.max_tokens, max(2 * generated, 2 * request.predicted_tokens)
-        )
+        request.predicted_tokens = min(request.params.max_tokens, max(2 * generated, 2 * request.predicted_tokens))
         self.preemptions += sum(1 for seq in request.sequences if seq.running)
         plan.preempted.append(request)
         heapq.heappush(self._waiting, (-float("inf"), next(self._order), request))
@@ -158,8 +153,12 @@ class Scheduler:
             self.cache.release(seq.pages)
             seq.cached = 0
 
-    def _admit(self) -> None:
-        running_seqs = sum(1 for r in self.running + self.prefilling for s in r.sequences if s.running)
+    def _admit(self, decoding: int) -> None:
+        """`decoding`: the running requests' unfinished choices."""
+        # Every waiting request has a choice to run, so none fits beside a full batch.
+        if not self._waiting or decoding >= self.config.max_num_seqs:
+            return
+        running_seqs = decoding + sum(1 for r in self.prefilling for s in r.sequences if s.running)
         outstanding = sum(
             max(0, self.cache.shape.pages_for(s.reserved_tokens) - len(s.pages))
             for r in self.running + self.prefilling

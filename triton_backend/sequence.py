@@ -17,7 +17,9 @@ class FinishReason(str, Enum):
     ERROR = "error"
 
 
-@dataclass
+# Sequences and requests compare by identity: the scheduler looks requests up in its lists, and
+# field-by-field equality made every miss cost a dataclass comparison.
+@dataclass(eq=False)
 class Sequence:
     """One choice: its own KV pages, sampler state and text stream."""
 
@@ -50,7 +52,7 @@ class Sequence:
         return self.finish_reason is None
 
 
-@dataclass
+@dataclass(eq=False)
 class Request:
     request_id: str
     prompt_ids: list[int]

@@ -13,7 +13,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -71,6 +71,8 @@ class ResponseThread:
         self._streams: dict[str, _Stream] = {}
         self._tracker = RequestTracker()
         self._cancel_requested: set[str] = set()
+        self._observations = Observations()  # seen since the metrics were last recorded
+        self._next_check = 0.0
         self._thread = threading.Thread(target=self._run, name="nlg-responses", daemon=True)
 
     def start(self) -> None:
@@ -84,7 +86,7 @@ class ResponseThread:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
+        self._next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
         while True:
             try:
                 item = self._queue.get(timeout=CANCEL_CHECK_INTERVAL)
@@ -92,15 +94,17 @@ class ResponseThread:
                 item = None
             if item is _STOP:
                 return
-            observations = Observations()
+            self._observations = Observations()
+            # A stream's outputs that queued up while the last ones were sent go out as one response:
+            # each send costs the backend far more than a token, so a thread that falls behind catches
+            # up instead of holding every stream to its own pace.
+            pending: dict[str, RequestOutput] = {}
             while item is not None:
                 try:
-                    self._handle(item, observations)
+                    self._take(item, pending)
                 except Exception:
-                    log.exception("sending a response failed")
-                if time.monotonic() >= next_check:
-                    # A backlog that never empties must not hold back the metrics and the cancel checks:
-                    # under overload they are what the autoscaler and the clients wait on.
+                    log.exception("handling a response failed")
+                if time.monotonic() >= self._next_check:
                     break
                 try:
                     item = self._queue.get_nowait()
@@ -109,21 +113,37 @@ class ResponseThread:
                 if item is _STOP:
                     self._queue.put(_STOP)
                     item = None
-            self._metrics.record(observations)
-            if time.monotonic() >= next_check:
-                self._check_cancelled()
-                self._metrics.record_engine(self._engine_stats())
-                next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
+            for output in pending.values():
+                try:
+                    self._send_output(output)
+                except Exception:
+                    log.exception("sending a response failed")
+                self._publish_when_due()
+            self._metrics.record(self._observations)
+            self._observations = Observations()
+            self._publish_when_due()
 
-    def _handle(self, item: object, observations: Observations) -> None:
+    def _publish_when_due(self) -> None:
+        """Every CANCEL_CHECK_INTERVAL, even in the middle of a backlog that never empties: the metrics
+        and the cancel checks are what the autoscaler and the clients wait on under overload."""
+        if time.monotonic() < self._next_check:
+            return
+        self._metrics.record(self._observations)
+        self._observations = Observations()
+        self._check_cancelled()
+        self._metrics.record_engine(self._engine_stats())
+        self._next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
+
+    def _take(self, item: object, pending: dict[str, RequestOutput]) -> None:
         if isinstance(item, Open):
             self._streams[item.request_id] = _Stream(item.sender, item.options, [""] * item.n, [0] * item.n)
         elif isinstance(item, Reject):
             self._metrics.record_rejected()
             self._send_error(item.sender, item.message)
         elif isinstance(item, RequestOutput):
-            self._tracker.observe(item, observations)
-            self._send_output(item)
+            self._tracker.observe(item, self._observations)
+            earlier = pending.get(item.request_id)
+            pending[item.request_id] = item if earlier is None else merged(earlier, item)
 
     def _send_output(self, output: RequestOutput) -> None:
         stream = self._streams.get(output.request_id)
@@ -183,3 +203,12 @@ class ResponseThread:
             if request_id not in self._cancel_requested and stream.sender.is_cancelled():
                 self._cancel_requested.add(request_id)
                 self._abort(request_id)
+
+
+def merged(earlier: RequestOutput, later: RequestOutput) -> RequestOutput:
+    """Two consecutive outputs of one request as one: the text and tokens of both, the state of the later."""
+    return replace(
+        later,
+        texts=tuple(a + b for a, b in zip(earlier.texts, later.texts, strict=True)),
+        token_ids=tuple(a + b for a, b in zip(earlier.token_ids, later.token_ids, strict=True)),
+    )

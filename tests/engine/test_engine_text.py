@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from triton_backend.detokenizer import TextStream
@@ -50,3 +52,20 @@ def test_eos_adds_no_text():
     stream = TextStream(token_bytes(), ())
     assert stream.push(50256) == ""
     assert stream.push(15496) + stream.finish() == "Hello"
+
+
+def test_deltas_join_to_the_whole_decode_up_to_the_stop_string():
+    # Single-byte tokens (ids below 256) split characters anywhere and make invalid UTF-8, which is replaced.
+    rng = random.Random(0)
+    table = token_bytes()
+    words = load_tokenizer().encode(" héllo 日本 🙂 world").ids
+    for _ in range(300):
+        ids = [rng.choice(words) if rng.random() < 0.5 else rng.randrange(256) for _ in range(rng.randrange(1, 24))]
+        whole = b"".join(table[i] for i in ids).decode("utf-8", errors="replace")
+        start = rng.randrange(len(whole)) if whole else 0
+        stop = whole[start : start + rng.randint(1, 4)]
+        cases = [((), whole)] + ([((stop,), whole[: whole.find(stop)])] if stop else [])
+        for stops, want in cases:
+            stream = TextStream(table, stops)
+            got = "".join(stream.push(i) for i in ids) + stream.finish()
+            assert got == want, (ids, stops)

@@ -5,16 +5,14 @@ from __future__ import annotations
 import torch
 
 from triton_backend.presets import EOS_TOKEN_ID
-from triton_backend.sampler import SamplingState, _keep_top_p, sample
+from triton_backend.sampler import UNIFORMS_AHEAD, SamplingState, _keep_top_p, sample
 from triton_backend.sampling_params import SamplingParams
 
 VOCAB = EOS_TOKEN_ID + 1
 
 
 def states(params: SamplingParams, count: int, seed: int = 0, generated: int = 0) -> list[SamplingState]:
-    return [
-        SamplingState(params, torch.Generator().manual_seed(seed + i), [1, 2, 3], generated) for i in range(count)
-    ]
+    return [SamplingState(params, torch.Generator().manual_seed(seed + i), [1, 2, 3], generated) for i in range(count)]
 
 
 def logits_of(weights: dict[int, float], rows: int) -> torch.Tensor:
@@ -41,9 +39,7 @@ def close(observed: dict[int, float], expected: dict[int, float], draws: int) ->
     """Every token within 4.5 standard errors of its probability, and nothing else drawn."""
     if set(observed) - set(expected):
         return False
-    return all(
-        abs(observed.get(t, 0.0) - p) <= 4.5 * (p * (1 - p) / draws) ** 0.5 + 1e-12 for t, p in expected.items()
-    )
+    return all(abs(observed.get(t, 0.0) - p) <= 4.5 * (p * (1 - p) / draws) ** 0.5 + 1e-12 for t, p in expected.items())
 
 
 def test_temperature_sharpens_the_softmax_it_samples_from():
@@ -102,3 +98,11 @@ def test_top_p_over_the_head_keeps_what_sorting_the_vocabulary_keeps():
     assert torch.equal(torch.isfinite(_keep_top_p(flat.clone(), [0.9, 0.9], head=64)),
                        torch.isfinite(_keep_top_p(flat.clone(), [0.9, 0.9], head=VOCAB)))  # fmt: skip
     assert int(torch.isfinite(_keep_top_p(flat.clone(), [0.9, 0.9], head=64)[0]).sum()) > 64
+
+
+def test_a_row_draws_the_numbers_one_rand_call_a_step_would():
+    # What the sampler drew before it drew ahead: a seed keeps giving the tokens it gave then.
+    state = states(SamplingParams(seed=3), 1, seed=3)[0]
+    drawn = [state.uniform() for _ in range(3 * UNIFORMS_AHEAD + 5)]
+    generator = torch.Generator().manual_seed(3)
+    assert drawn == [torch.rand(1, generator=generator).item() for _ in drawn]

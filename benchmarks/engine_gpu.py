@@ -174,7 +174,7 @@ def compiled_steps(preset: str, dtype: str, batches: list[int], context: int) ->
 
         torch._dynamo.reset()
         began = time.perf_counter()
-        compiled = torch.compile(forward, mode="max-autotune", fullgraph=True)
+        compiled = torch.compile(forward, mode="max-autotune")
         with torch.inference_mode():
             for _ in range(3):
                 compiled()
@@ -276,7 +276,9 @@ def in_child(flag: str, args: argparse.Namespace, timeout: float) -> Any:
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish in {timeout:.0f} s"}
     if done.returncode != 0:
-        return {"error": done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else "failed"}
+        (Path(os.environ.get("OUT", "/tmp")) / f"{flag.strip('-')}.stderr").write_text(done.stderr)
+        errors = [line for line in done.stderr.splitlines() if "Error" in line or "error" in line]
+        return {"error": (errors[-1] if errors else "failed")[:300]}
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

@@ -75,17 +75,12 @@ def _min_time(fn: Callable[[], object], reps: int) -> float:
 
 
 _BUILD = """
-import time, torch
-from triton_backend.kv_cache import PagedKVCache, pages_for_budget
-from triton_backend.presets import build_model, parse_dtype
-from triton_backend.runner import GPT2Runner, cache_shape
-device = torch.device({device!r})
-model, info = build_model({preset!r}, None, device, parse_dtype({dtype!r}, device))
-shape = cache_shape(model)
-budget = shape.bytes_per_page * shape.pages_per_sequence * {seqs}
-GPT2Runner(model, PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=1), device))
+import torch
+from triton_backend.engine_factory import build_engine
+from triton_backend.settings import load_settings
+served = {{"NLG_PRESET": {preset!r}, "NLG_DTYPE": {dtype!r}, "NLG_MAX_NUM_SEQS": "{seqs}"}}
+build_engine(load_settings({{}}, served), torch.device({device!r}))
 """
-
 
 def measure_startup(preset: str, dtype: str, device: str = "cpu", max_num_seqs: int = 64) -> tuple[float, str]:
     """Seconds from start to ready, and how it was measured.
@@ -124,26 +119,18 @@ def measure(
     """Build the engine as the Triton model does and time it. ``startup_s=None`` measures start-up."""
     import torch
 
-    from triton_backend.engine import Engine
+    from triton_backend.engine_factory import build_engine
     from triton_backend.host_memory import keep_freed_memory
-    from triton_backend.kv_cache import PagedKVCache, pages_for_budget
-    from triton_backend.presets import build_model, parse_dtype
-    from triton_backend.runner import GPT2Runner, cache_shape
     from triton_backend.sampling_params import SamplingParams
-    from triton_backend.scheduler import SchedulerConfig
-    from triton_backend.tokenizer import token_bytes
+    from triton_backend.settings import load_settings
 
     keep_freed_memory()  # as the Triton model does: the profile times the engine as served
     device = torch.device(device_name)
-    torch_dtype = parse_dtype(dtype, device)
-    model, info = build_model(preset, None, device, torch_dtype)
-    # As triton_model.py builds it with kv_cache_bytes unset: room for max_num_seqs full contexts.
-    shape = cache_shape(model)
-    budget = shape.bytes_per_page * shape.pages_per_sequence * max_num_seqs
-    cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=1), device)
-    runner = GPT2Runner(model, cache, graph_batch=max_num_seqs)  # CUDA graphs on a GPU, as served
-    config = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
-    engine = Engine(runner, token_bytes(), config, clock=time.monotonic)
+    served = {"preset": preset, "dtype": dtype, "max_num_seqs": max_num_seqs,
+              "prefill_chunk_tokens": prefill_chunk_tokens}  # fmt: skip
+    built = build_engine(load_settings({}, {f"NLG_{k.upper()}": str(v) for k, v in served.items()}), device)
+    engine, info, runner = built.engine, built.info, built.runner
+    shape = engine.cache.shape
 
     def sync() -> None:
         if device.type == "cuda":
@@ -236,7 +223,7 @@ def measure(
         max_context=shape.max_len,
         prefill_chunk_tokens=prefill_chunk_tokens,
         page_size=shape.page_size,
-        kv_pages=cache.num_pages,
+        kv_pages=engine.cache.num_pages,
         startup_s=round(startup_s, 3),
         decode_batch=tuple(batches),
         decode_context=tuple(contexts),

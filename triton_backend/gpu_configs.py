@@ -18,19 +18,14 @@ from triton_backend.gpu_kernels import AttentionConfig, LinearConfig
 
 TABLE = Path(__file__).with_name("gpu_configs.json")
 
-# Unmeasured devices: FMAs for decode batches of up to 8 rows, cuBLAS above.
-DEFAULT_LINEAR: tuple[tuple[int, LinearConfig | None], ...] = (
-    (8, LinearConfig(dot=False, block_n=8, block_k=256, warps=4)),
-    (1 << 30, None),
-)
-# Splits of the context while rows x heads is too few to fill the multiprocessors.
+# Unmeasured devices: cuBLAS, which no streaming kernel of ours beat on an H100 but for the LM head.
+DEFAULT_LINEAR: tuple[tuple[int, LinearConfig | None], ...] = ((1 << 30, None),)
+# Splits of the context while rows x heads is too few to fill the multiprocessors (an H100's choice).
 DEFAULT_ATTENTION: tuple[tuple[int, AttentionConfig], ...] = (
-    (1, AttentionConfig(split=32, block=16, warps=1)),
-    (2, AttentionConfig(split=64, block=16, warps=1)),
-    (4, AttentionConfig(split=128, block=16, warps=1)),
-    (8, AttentionConfig(split=256, block=16, warps=1)),
-    (16, AttentionConfig(split=512, block=16, warps=1)),
-    (1 << 30, AttentionConfig(split=1 << 20, block=16, warps=1)),
+    (2, AttentionConfig(split=16, block=16, warps=1)),
+    (16, AttentionConfig(split=32, block=16, warps=1)),
+    (32, AttentionConfig(split=64, block=16, warps=1)),
+    (1 << 30, AttentionConfig(split=1 << 20, block=32, warps=2)),
 )
 
 

@@ -130,7 +130,7 @@ if triton is not None:
             dims = tl.arange(0, DIM)
             offs = tl.arange(0, BLOCK)
             row = r * stride_row + h * DIM + dims
-            q = tl.load(qkv_ptr + row).to(tl.float32) * scale
+            q = (tl.load(qkv_ptr + row).to(tl.float32) * scale).to(tl.float32)  # scale arrives as fp64 from inductor
             table = tables_ptr + tl.load(slots_ptr + r).to(tl.int64) * stride_table
             best = tl.full((), -float("inf"), tl.float32)
             total = tl.zeros((), tl.float32)

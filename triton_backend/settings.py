@@ -41,7 +41,7 @@ class ModelSettings:
     prefill_chunk_tokens: int
     max_n: int
     seed: int
-    cuda_graphs: bool  # GPU instances replay decode steps from CUDA graphs (gpu_kernels, graph_decode)
+    cuda_graphs: bool  # GPU instances replay steps from CUDA graphs (gpu_kernels, graph_steps)
     drain_seconds: int  # a retiring instance lets its streams finish for this long before cancelling them
 
 

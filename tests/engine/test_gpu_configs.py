@@ -1,0 +1,67 @@
+"""The committed kernel choices: they parse, every block shape is one the kernels accept, they are what
+the committed tuning results say, and the GPU report is what its results files render to."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from triton_backend.gpu_configs import CUBLAS_ONLY, DEFAULT_ATTENTION, DEFAULT_LINEAR, TABLE, choices_for
+from triton_backend.presets import PRESETS, preset_config
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def test_every_committed_choice_parses_and_fits_the_kernels():
+    shapes = set()
+    for preset in PRESETS:
+        e = preset_config(preset).n_embd
+        shapes |= {f"{3 * e}x{e}", f"{e}x{e}", f"{4 * e}x{e}", f"{e}x{4 * e}", f"50257x{e}"}
+    table = json.loads(TABLE.read_text())
+    assert table
+    for device in table:
+        choices = choices_for(device)
+        assert set(choices.linear) <= shapes, device
+        for entry in choices.linear.values():
+            assert [most for most, _ in entry] == sorted(most for most, _ in entry)
+            for _, config in entry:
+                if config is not None:
+                    assert _pow2(config.block_n) and _pow2(config.block_k) and _pow2(config.warps)
+                    assert not config.dot or config.block_n >= 16
+        for _, attention in choices.attention:
+            assert _pow2(attention.block) and attention.split % attention.block == 0
+
+
+def test_an_unmeasured_gpu_gets_the_defaults():
+    choices = choices_for("a GPU nobody measured")
+    assert choices.linear_for(1, 4800, 1600) == DEFAULT_LINEAR[-1][1]
+    assert choices.attention == DEFAULT_ATTENTION
+    assert CUBLAS_ONLY.linear_for(1, 50257, 1600) is None
+
+
+def test_the_committed_choices_are_what_the_committed_tuning_measured():
+    tuning = json.loads((RESULTS / "tune_gpu_kernels.json").read_text())
+    choices = choices_for(tuning["device"])
+    for row in tuning["linear"]:
+        chosen = choices.linear_for(row["rows"], row["n"], row["k"])
+        faster = row["best_us"] < row["cublas_us"]
+        assert (chosen.__dict__ if chosen else None) == (row["best"] if faster else None), row
+    for row in tuning["attention"]:
+        assert choices.attention_for(row["rows"]).__dict__ == row["best"]
+
+
+def test_the_gpu_report_is_what_its_results_render_to():
+    command = [
+        sys.executable, str(ROOT / "benchmarks" / "engine_gpu.py"), "--render",
+        str(RESULTS / "engine_gpu.json"), str(RESULTS / "engine_gpu_compile.json"),
+        "--tuning", str(RESULTS / "tune_gpu_kernels.json"),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout == (ROOT / "benchmarks" / "engine_gpu.md").read_text() + "\n"

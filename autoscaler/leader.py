@@ -19,7 +19,7 @@ happen. :meth:`LeaseElector.release` empties the holder on shutdown so a standby
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from kubernetes import client as k8s
@@ -31,7 +31,7 @@ _MERGE_PATCH = "application/merge-patch+json"
 
 def _micro_time(now: float) -> str:
     """Kubernetes MicroTime (RFC 3339 with microseconds)."""
-    return datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(now, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class LeaseElector:
@@ -57,7 +57,7 @@ class LeaseElector:
         return leading
 
     def _create(self, now: float) -> bool:
-        at = datetime.fromtimestamp(now, tz=UTC)
+        at = datetime.fromtimestamp(now, tz=timezone.utc)
         body = k8s.V1Lease(
             api_version="coordination.k8s.io/v1",
             kind="Lease",

@@ -46,6 +46,7 @@ from engine_throughput import drive, quantiles  # noqa: E402
 
 from triton_backend.engine_factory import build_engine  # noqa: E402
 from triton_backend.presets import preset_config  # noqa: E402
+from triton_backend.runner import DecodeInput  # noqa: E402
 from triton_backend.settings import ModelSettings, load_settings  # noqa: E402
 
 GPU = torch.device("cuda")
@@ -126,9 +127,10 @@ def model_steps(preset: str, dtype: str, batches: list[int], context: int, roof:
     rows = []
     for batch in batches:
         ids, positions, pages = [(7 * i) % 50000 for i in range(batch)], [context] * batch, tables[:batch]
+        rows = [DecodeInput(*row) for row in zip(pages, ids, positions, strict=True)]
         result: dict[str, Any] = {"batch": batch, "context": context}
         for name, graphs in paths.items():
-            result[f"{name}_ms"] = time_steps(partial(graphs.step, pages, ids, positions, [])) * 1000
+            result[f"{name}_ms"] = time_steps(partial(graphs.step, rows, [])) * 1000
         result["eager_ms"] = time_steps(partial(runner.decode, pages, ids, positions), repeat=10) * 1000
         result["roofline_ms"] = roof.step_seconds([context + 1] * batch) * 1000
         rows.append(result)

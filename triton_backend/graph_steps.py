@@ -31,6 +31,7 @@ from transformers import GPT2LMHeadModel
 from triton_backend.gpu_configs import KernelChoices, choices_for
 from triton_backend.gpu_kernels import LinearConfig, add_layer_norm, linear, paged_attention, store_kv
 from triton_backend.kv_cache import PagedKVCache
+from triton_backend.runner import DecodeInput, PrefillInput
 
 _DECODE_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 _MIXED_BUCKETS = (16, 32, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 1536, 2048, 3072, 4096)
@@ -80,45 +81,40 @@ class GraphSteps:
         ints.copy_(self._staging[0])
         self._weights = _transposed_projections(model)
         self._gelu_epilogue = device.type == "cuda" and self._epilogue_is_tanh_gelu()
-        self._graphs: dict[tuple[str, int], tuple[torch.cuda.CUDAGraph | None, torch.Tensor]] = {}
+        self._decode_buckets = batch_buckets(max_batch)
+        self._mixed_buckets = mixed_buckets(self.max_rows) if self.max_rows else []
+        self._graphs: dict[tuple[str, int], tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         self._capture = capture
         if capture:
-            self._capture_all(batch_buckets(max_batch), mixed_buckets(self.max_rows) if self.max_rows else [])
+            self._capture_all(self._decode_buckets, self._mixed_buckets)
 
     @torch.inference_mode()
     def step(
-        self,
-        page_tables: list[list[int]],
-        token_ids: list[int],
-        positions: list[int],
-        prefill: list[tuple[list[int], list[int], int]],
+        self, decode: list[DecodeInput], prefill: list[PrefillInput]
     ) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """Decode rows (a page table, the last token and its position each) and prefill chunks (a page
-        table, the tokens, the position of the first) in one pass. Returns the logits of each decode
-        row and of each chunk's last token (valid until the next call), or None if the step does not
-        fit a captured graph (the caller runs it eagerly)."""
-        decode = len(token_ids)
-        rows = decode + sum(len(tokens) for _, tokens, _ in prefill)
+        """Decode rows and prefill chunks in one pass. Returns the logits of each decode row and of
+        each chunk's last token (valid until the next call), or None if the step does not fit a
+        captured graph (the caller runs it eagerly)."""
+        rows = len(decode) + sum(len(chunk.token_ids) for chunk in prefill)
         if prefill:
-            if rows > self.max_rows or decode + len(prefill) >= self.slots:
+            if rows > self.max_rows or len(decode) + len(prefill) >= self.slots:
                 return None
-            key = ("mixed", next(b for b in mixed_buckets(self.max_rows) if b >= rows))
+            key = ("mixed", next(b for b in self._mixed_buckets if b >= rows))
         else:
-            if decode > self.max_batch:
+            if len(decode) > self.max_batch:
                 return None
-            key = ("decode", next(b for b in batch_buckets(self.max_batch) if b >= decode))
+            key = ("decode", next(b for b in self._decode_buckets if b >= len(decode)))
         staging = self._staging[self._flip]
         self._flip ^= 1
-        self._fill(staging.numpy(), page_tables, token_ids, positions, prefill, key[1])
+        self._fill(staging.numpy(), decode, prefill, key[1])
         self._ints.copy_(staging, non_blocking=True)
         logits = self._run(key)
-        return logits[:decode], logits[decode : decode + len(prefill)]
+        return logits[: len(decode)], logits[len(decode) : len(decode) + len(prefill)]
 
     def _run(self, key: tuple[str, int]) -> torch.Tensor:
         if not self._capture:
             return self._forward(key)
         graph, logits = self._graphs[key]
-        assert graph is not None
         graph.replay()
         return logits
 
@@ -133,31 +129,29 @@ class GraphSteps:
     def _fill(
         self,
         staging: np.ndarray[Any, Any],
-        page_tables: list[list[int]],
-        token_ids: list[int],
-        positions: list[int],
-        prefill: list[tuple[list[int], list[int], int]],
+        decode_rows: list[DecodeInput],
+        prefill: list[PrefillInput],
         bucket: int,
     ) -> None:
         self._reset(staging)
         rows = self._layout[0]
         ids, pos, slots = staging[:rows], staging[rows : 2 * rows], staging[2 * rows : 3 * rows]
-        decode = len(token_ids)
-        ids[:decode] = token_ids
-        pos[:decode] = positions
+        decode = len(decode_rows)
+        ids[:decode] = [d.token_id for d in decode_rows]
+        pos[:decode] = [d.position for d in decode_rows]
         slots[:decode] = np.arange(decode)
         logit_rows = list(range(decode))
         row = decode
-        for index, (_, tokens, start) in enumerate(prefill):
-            end = row + len(tokens)
-            ids[row:end] = tokens
-            pos[row:end] = np.arange(start, start + len(tokens))
+        for index, chunk in enumerate(prefill):
+            end = row + len(chunk.token_ids)
+            ids[row:end] = chunk.token_ids
+            pos[row:end] = np.arange(chunk.start, chunk.start + len(chunk.token_ids))
             slots[row:end] = decode + index
             logit_rows.append(end - 1)
             row = end
         if not prefill:
             slots[decode:bucket] = np.arange(decode, bucket)  # decode graphs: row i uses slot i
-        tables = [*page_tables, *(pages for pages, _, _ in prefill)]
+        tables = [*(d.pages for d in decode_rows), *(chunk.pages for chunk in prefill)]
         lengths = np.fromiter((len(t) for t in tables), dtype=np.int64, count=len(tables))
         before = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # entries of the tables ahead of each
         starts = np.repeat(np.arange(len(tables)) * self.width - before, lengths)

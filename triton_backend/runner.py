@@ -95,10 +95,7 @@ class GPT2Runner:
         """A step's decode rows and prefill chunks; returns the logits of each decode row and of each
         chunk's last position (fp32; None for an empty part). One graph replay where one fits."""
         if self.graphs is not None:
-            done = self.graphs.step(
-                [d.pages for d in decode], [d.token_id for d in decode], [d.position for d in decode],
-                [(c.pages, c.token_ids, c.start) for c in chunks],
-            )  # fmt: skip
+            done = self.graphs.step(decode, chunks)
             if done is not None:
                 return (done[0] if decode else None), (done[1] if chunks else None)
         decoded = (
@@ -151,7 +148,8 @@ class GPT2Runner:
     ) -> torch.Tensor:
         """One token for each sequence at its position; returns logits [batch, vocab] (fp32)."""
         if self.graphs is not None:
-            done = self.graphs.step(page_tables, token_ids, positions, [])
+            rows = [DecodeInput(*row) for row in zip(page_tables, token_ids, positions, strict=True)]
+            done = self.graphs.step(rows, [])
             if done is not None:
                 return done[0]
         batch = len(page_tables)

@@ -28,7 +28,14 @@ import torch.nn.functional as F
 import triton
 
 from triton_backend.gpu_configs import TABLE
-from triton_backend.gpu_kernels import AttentionConfig, LinearConfig, add_layer_norm, linear, paged_attention
+from triton_backend.gpu_kernels import (
+    AttentionConfig,
+    LinearConfig,
+    SplitWorkspace,
+    add_layer_norm,
+    linear,
+    paged_attention,
+)
 from triton_backend.presets import preset_config
 
 GPU = torch.device("cuda")
@@ -36,14 +43,28 @@ ROWS = (1, 2, 4, 8, 16, 32, 64)
 ROTATE = 12
 FMA = [(4, 256, 4), (8, 128, 4), (8, 256, 4), (16, 128, 4), (16, 256, 8), (32, 64, 4)]
 DOT = [(16, 128, 4, 3), (32, 128, 4, 3), (16, 256, 4, 4), (64, 64, 4, 3)]
+# Split reductions, for projections whose column blocks alone are too few to keep the GPU streaming.
+SPLIT_FMA = [(16, 64, 4, 1), (32, 64, 4, 1), (8, 128, 4, 1), (32, 32, 2, 1), (64, 64, 8, 1), (16, 128, 4, 3)]
+SPLIT_DOT = [(16, 64, 4, 3), (32, 64, 4, 3), (64, 64, 4, 3), (16, 128, 4, 3)]
+SPLIT_WAYS = (4, 8, 16)
+SPLIT_ROWS = 16  # split candidates up to this many rows
 SPLITS = (16, 32, 64, 128, 256, 512, 1 << 20)
 ATTENTION_BLOCKS = ((16, 1), (32, 2), (64, 4))
 
 
-def candidates(rows: int) -> list[LinearConfig]:
+def candidates(rows: int, n: int, k: int) -> list[LinearConfig]:
     out = [LinearConfig(True, bn, bk, warps, stages) for bn, bk, warps, stages in DOT]
     if rows <= 8:
         out += [LinearConfig(False, bn, bk, warps) for bn, bk, warps in FMA if rows * bn * bk <= 16384]
+    if rows <= SPLIT_ROWS and n <= 8 * k:  # the LM head has column blocks enough
+        out += [LinearConfig(True, bn, bk, w, st, ways) for bn, bk, w, st in SPLIT_DOT for ways in SPLIT_WAYS]
+        if rows <= 8:
+            out += [
+                LinearConfig(False, bn, bk, w, st, ways)
+                for bn, bk, w, st in SPLIT_FMA
+                for ways in SPLIT_WAYS
+                if rows * bn * bk <= 16384
+            ]
     return out
 
 
@@ -68,6 +89,7 @@ class Operands:
         self.x = torch.randn(rows, k, device=GPU, dtype=dtype)
         self.delta = torch.randn(rows, k, device=GPU, dtype=dtype)
         self.norm = torch.nn.LayerNorm(k, device=GPU, dtype=dtype).requires_grad_(False)
+        self.workspace = SplitWorkspace.allocate(GPU, max(SPLIT_WAYS) * rows * n, n)
         self.shape = shape
 
     def ours(self, config: LinearConfig) -> Callable[[int], Any]:
@@ -77,8 +99,11 @@ class Operands:
         def call(i: int) -> Any:
             w = self.weights[i % len(self.weights)]
             if norm:
-                return linear(self.x, w, self.bias, config, delta=self.delta, h_out=summed, norm=self.norm, gelu=gelu)
-            return linear(self.x, w, self.bias, config)
+                return linear(
+                    self.x, w, self.bias, config, delta=self.delta, h_out=summed, norm=self.norm, gelu=gelu,
+                    workspace=self.workspace,
+                )  # fmt: skip
+            return linear(self.x, w, self.bias, config, workspace=self.workspace)
 
         return call
 
@@ -128,7 +153,7 @@ def _compile_shape(job: tuple[str, str, int]) -> int:
     for rows in ROWS:
         operands = Operands({**shape, "n": min(shape["n"], 256)}, rows, dtype)
         operands.weights = operands.weights[:1]
-        for config in candidates(rows):
+        for config in candidates(rows, shape["n"], shape["k"]):
             try:
                 operands.ours(config)(0)
                 compiled += 1
@@ -147,7 +172,7 @@ def tune_linear(preset: str, dtype: torch.dtype) -> tuple[dict[str, Any], list[d
             operands = Operands(shape, rows, dtype)
             baseline = graph_time(operands.cublas())
             timed = []
-            for config in candidates(rows):
+            for config in candidates(rows, shape["n"], shape["k"]):
                 try:
                     timed.append((graph_time(operands.ours(config)), config))
                 except triton.runtime.errors.OutOfResources:

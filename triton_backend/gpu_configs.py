@@ -39,6 +39,19 @@ class KernelChoices:
         table = self.linear.get(f"{n}x{k}", self.other_linear)
         return next((config for most, config in table if rows <= most), table[-1][1])
 
+    def split_needs(self, max_rows: int) -> tuple[int, int]:
+        """The partials and counters a split-K workspace needs for steps of up to `max_rows` rows."""
+        floats = blocks = 0
+        for shape, table in self.linear.items():
+            n = int(shape.split("x")[0])
+            least = 0
+            for most, config in table:
+                if config is not None and config.split > 1 and least < max_rows:
+                    floats = max(floats, config.split * min(most, max_rows) * n)
+                    blocks = max(blocks, -(-n // config.block_n))
+                least = most
+        return floats, blocks
+
     def attention_for(self, rows: int) -> AttentionConfig:
         return next((config for most, config in self.attention if rows <= most), self.attention[-1][1])
 

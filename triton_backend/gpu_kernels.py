@@ -8,7 +8,12 @@ CUDA graph replays, whatever the context lengths.
 - `linear`: out = x @ W.T + b for a few rows (decode batches), streaming W once. The residual add and
   the LayerNorm before a projection run in its prologue (every program normalises the few rows
   itself; program 0 also stores the new residual stream), GELU in its epilogue. Below 16 rows the
-  products are FMAs on the CUDA cores (`dot=False`); from 16 rows on, tensor cores.
+  products are FMAs on the CUDA cores (`dot=False`); from 16 rows on, tensor cores. A projection of
+  few output columns has too few column blocks to keep every multiprocessor streaming, so its
+  reduction can be split too (`split`): each program then takes one slice of K, stores a float32
+  partial, and the last program of a column block to finish (counted on a device counter, reset by
+  that program) adds the partials in a fixed order and applies the epilogue. Deterministic, and one
+  launch, as a captured step needs.
 - `paged_attention`: one program per (row, head, split of the context); with several splits a second
   kernel (`_combine_kernel`) merges their partial softmaxes (flash-decoding), so a batch of one
   sequence still spreads over the multiprocessors. In a decode-only step each row's new key and
@@ -37,6 +42,24 @@ class LinearConfig:
     block_k: int  # reduction depth an iteration
     warps: int
     stages: int = 1
+    split: int = 1  # slices of the reduction, each a program's (split-K)
+
+
+@dataclass(frozen=True)
+class SplitWorkspace:
+    """Device memory a split-K projection uses: float32 partials, and a counter per column block
+    (all zero between launches). Launches on one stream run one after another, so one workspace
+    serves every projection of a step."""
+
+    partials: torch.Tensor
+    counters: torch.Tensor
+
+    @staticmethod
+    def allocate(device: torch.device, floats: int, blocks: int) -> SplitWorkspace:
+        return SplitWorkspace(
+            torch.empty(max(floats, 1), dtype=torch.float32, device=device),
+            torch.zeros(max(blocks, 1), dtype=torch.int32, device=device),
+        )
 
 
 @dataclass(frozen=True)
@@ -54,14 +77,27 @@ def available() -> bool:
 if triton is not None:
 
     @triton.jit  # type: ignore[untyped-decorator]
+    def _linear_finish(  # type: ignore[no-untyped-def]
+        acc, bias_ptr, out_ptr, rows, row_ok, n, n_ok, stride_om, BIAS: tl.constexpr, GELU: tl.constexpr
+    ):
+        if BIAS:
+            acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        if GELU:  # GPT-2's gelu_new: GELU's tanh approximation; tanh(y) = 1 - 2 / (exp(2y) + 1)
+            inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+            acc = 0.5 * acc * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
+        out_at = rows[:, None] * stride_om + n[None, :]
+        tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+
+    @triton.jit  # type: ignore[untyped-decorator]
     def _linear_kernel(  # type: ignore[no-untyped-def]  # Triton rejects non-constexpr annotations
-        x_ptr, delta_ptr, h_out_ptr, ln_w_ptr, ln_b_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, eps,
-        stride_xm, stride_wn, stride_om,
-        ROWS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KP: tl.constexpr,
+        x_ptr, delta_ptr, h_out_ptr, ln_w_ptr, ln_b_ptr, w_ptr, bias_ptr, out_ptr, partials_ptr, counters_ptr,
+        M, N, K, KS, eps, stride_xm, stride_wn, stride_om,
+        ROWS: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KP: tl.constexpr, SPLIT: tl.constexpr,
         ADD: tl.constexpr, NORM: tl.constexpr, BIAS: tl.constexpr, GELU: tl.constexpr,
         DOT: tl.constexpr, IEEE: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
+        part = tl.program_id(1)
         rows = tl.arange(0, ROWS)
         row_ok = rows < M
         n = pid * BN + tl.arange(0, BN)
@@ -79,14 +115,14 @@ if triton is not None:
                 h = (h.to(tl.float32) + tl.load(delta_ptr + whole_at, mask=whole, other=0.0).to(tl.float32)).to(
                     element
                 )
-                if pid == 0:
+                if (pid == 0) & (part == 0):
                     tl.store(h_out_ptr + whole_at, h, mask=whole)
             hf = h.to(tl.float32)
             mean = tl.sum(hf, axis=1) / K
             centred = tl.where(whole, hf - mean[:, None], 0.0)
             rstd = 1.0 / tl.sqrt(tl.sum(centred * centred, axis=1) / K + eps)
         acc = tl.zeros((ROWS, BN), tl.float32)
-        for k0 in range(0, K, BK):
+        for k0 in range(part * KS, part * KS + KS, BK):
             ks = k0 + tl.arange(0, BK)
             k_ok = ks < K
             ok = row_ok[:, None] & k_ok[None, :]
@@ -106,13 +142,19 @@ if triton is not None:
                     acc += tl.dot(x, tl.trans(w))
             else:
                 acc += tl.sum(x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
-        if BIAS:
-            acc += tl.load(bias_ptr + n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        if GELU:  # GPT-2's gelu_new: GELU's tanh approximation; tanh(y) = 1 - 2 / (exp(2y) + 1)
-            inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
-            acc = 0.5 * acc * (2.0 - 2.0 / (tl.exp(2.0 * inner) + 1.0))
-        out_at = rows[:, None] * stride_om + n[None, :]
-        tl.store(out_ptr + out_at, acc.to(out_ptr.dtype.element_ty), mask=row_ok[:, None] & n_ok[None, :])
+        if SPLIT == 1:
+            _linear_finish(acc, bias_ptr, out_ptr, rows, row_ok, n, n_ok, stride_om, BIAS, GELU)
+        else:
+            tile = rows[:, None] * N + n[None, :]
+            tile_ok = row_ok[:, None] & n_ok[None, :]
+            tl.store(partials_ptr + part * M * N + tile, acc, mask=tile_ok)
+            tl.debug_barrier()  # every thread's partial is written before the counter releases them
+            if tl.atomic_add(counters_ptr + pid, 1) == SPLIT - 1:
+                total = tl.zeros((ROWS, BN), tl.float32)
+                for s in tl.static_range(SPLIT):  # a fixed order: the sum does not depend on who came last
+                    total += tl.load(partials_ptr + s * M * N + tile, mask=tile_ok, other=0.0, cache_modifier=".cg")
+                tl.atomic_xchg(counters_ptr + pid, 0)
+                _linear_finish(total, bias_ptr, out_ptr, rows, row_ok, n, n_ok, stride_om, BIAS, GELU)
 
     @triton.jit  # type: ignore[untyped-decorator]
     def _attention_kernel(  # type: ignore[no-untyped-def]
@@ -248,11 +290,14 @@ def linear(
     norm: torch.nn.LayerNorm | None = None,
     gelu: bool = False,
     out_dtype: torch.dtype | None = None,
+    workspace: SplitWorkspace | None = None,
 ) -> torch.Tensor:
     """[rows, K] x weight [N, K] (rows contiguous) -> [rows, N], bias added.
 
     With `norm`: the rows are LayerNorm-ed first, after `delta` is added to them (when given; the sum
     is also stored in `h_out`, which must not alias `x` or `delta`). With `gelu`: tanh-GELU after.
+    A config with `split` > 1 needs a `workspace` of at least split x rows x N floats and a counter
+    per block of `block_n` columns.
     """
     _need_triton()
     rows, k = x.shape
@@ -261,15 +306,27 @@ def linear(
         raise ValueError("linear: x and weight need contiguous rows")
     if delta is not None and (norm is None or h_out is None or delta.stride() != x.stride()):
         raise ValueError("linear: delta needs norm, h_out and the strides of x")
+    blocks = triton.cdiv(n, config.block_n)
+    dummy = x
+    if config.split > 1:
+        if workspace is None:
+            raise ValueError("linear: a split reduction needs a workspace")
+        if workspace.partials.numel() < config.split * rows * n or workspace.counters.numel() < blocks:
+            raise ValueError(
+                f"linear: the workspace holds {workspace.partials.numel()} partials and "
+                f"{workspace.counters.numel()} counters; split {config.split} of {rows}x{n} needs "
+                f"{config.split * rows * n} and {blocks}"
+            )
     out = torch.empty((rows, n), dtype=out_dtype or x.dtype, device=x.device)
     padded = _pow2(max(rows, 16 if config.dot else 1))
-    dummy = x
-    _linear_kernel[(triton.cdiv(n, config.block_n),)](
+    slice_k = triton.cdiv(triton.cdiv(k, config.split), config.block_k) * config.block_k
+    _linear_kernel[(blocks, config.split)](
         x, delta if delta is not None else dummy, h_out if h_out is not None else dummy,
         norm.weight if norm is not None else dummy, norm.bias if norm is not None else dummy,
-        weight, bias if bias is not None else dummy, out, rows, n, k, norm.eps if norm is not None else 0.0,
-        x.stride(0), weight.stride(0), out.stride(0),
-        ROWS=padded, BN=config.block_n, BK=config.block_k, KP=_pow2(k),
+        weight, bias if bias is not None else dummy, out,
+        workspace.partials if workspace is not None else dummy, workspace.counters if workspace is not None else dummy,
+        rows, n, k, slice_k, norm.eps if norm is not None else 0.0, x.stride(0), weight.stride(0), out.stride(0),
+        ROWS=padded, BN=config.block_n, BK=config.block_k, KP=_pow2(k), SPLIT=config.split,
         ADD=delta is not None, NORM=norm is not None, BIAS=bias is not None, GELU=gelu,
         DOT=config.dot, IEEE=x.dtype == torch.float32, num_warps=config.warps, num_stages=config.stages,
     )  # fmt: skip

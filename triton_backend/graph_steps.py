@@ -29,7 +29,14 @@ import torch.nn.functional as F
 from transformers import GPT2LMHeadModel
 
 from triton_backend.gpu_configs import KernelChoices, choices_for
-from triton_backend.gpu_kernels import LinearConfig, add_layer_norm, linear, paged_attention, store_kv
+from triton_backend.gpu_kernels import (
+    LinearConfig,
+    SplitWorkspace,
+    add_layer_norm,
+    linear,
+    paged_attention,
+    store_kv,
+)
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.runner import DecodeInput, PrefillInput
 
@@ -66,6 +73,7 @@ class GraphSteps:
         device = cache.k.device
         self.choices = choices or choices_for(torch.cuda.get_device_name(device) if device.type == "cuda" else "")
         rows = max(max_batch, self.max_rows)
+        self._workspace = SplitWorkspace.allocate(device, *self.choices.split_needs(rows))
         self.slots = max_batch + 1  # the last one's table is all scratch: padding rows use it
         self.width = cache.shape.pages_per_sequence
         # One int32 buffer holds every input, so a step copies them in with one transfer.
@@ -203,7 +211,7 @@ class GraphSteps:
         head = self.model.lm_head.weight
         config = self.choices.linear_for(normed.shape[0], head.shape[0], head.shape[1])
         if config is not None:
-            return linear(normed, head, None, config, out_dtype=torch.float32)
+            return linear(normed, head, None, config, out_dtype=torch.float32, workspace=self._workspace)
         logits: torch.Tensor = self.model.lm_head(normed).float()
         return logits
 
@@ -219,9 +227,14 @@ class GraphSteps:
         if config is not None:
             weight = self._weights[id(module)]
             if pending is None:
-                return hidden, linear(hidden, weight, module.bias, config, norm=norm, gelu=gelu)
+                return hidden, linear(
+                    hidden, weight, module.bias, config, norm=norm, gelu=gelu, workspace=self._workspace
+                )
             summed = torch.empty_like(hidden)  # the kernel's programs all read hidden: the sum goes elsewhere
-            out = linear(hidden, weight, module.bias, config, delta=pending, h_out=summed, norm=norm, gelu=gelu)
+            out = linear(
+                hidden, weight, module.bias, config, delta=pending, h_out=summed, norm=norm, gelu=gelu,
+                workspace=self._workspace,
+            )  # fmt: skip
             return summed, out
         normed = norm(hidden) if pending is None else add_layer_norm(hidden, pending, norm)
         if not gelu:
@@ -233,7 +246,7 @@ class GraphSteps:
     def _project(self, x: torch.Tensor, module: Any, rows: int) -> torch.Tensor:
         config = self._config(rows, module)
         if config is not None:
-            return linear(x, self._weights[id(module)], module.bias, config)
+            return linear(x, self._weights[id(module)], module.bias, config, workspace=self._workspace)
         return torch.addmm(module.bias, x, module.weight)
 
     @torch.inference_mode()

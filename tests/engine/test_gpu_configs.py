@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from triton_backend.gpu_configs import CUBLAS_ONLY, DEFAULT_ATTENTION, DEFAULT_LINEAR, TABLE, choices_for
+from triton_backend.gpu_configs import CUBLAS_ONLY, DEFAULT_ATTENTION, DEFAULT_LINEAR, TABLE, KernelChoices, choices_for
+from triton_backend.gpu_kernels import LinearConfig
 from triton_backend.presets import PRESETS, preset_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,8 +36,24 @@ def test_every_committed_choice_parses_and_fits_the_kernels():
                 if config is not None:
                     assert _pow2(config.block_n) and _pow2(config.block_k) and _pow2(config.warps)
                     assert not config.dot or config.block_n >= 16
+                    assert config.split >= 1
         for _, attention in choices.attention:
             assert _pow2(attention.block) and attention.split % attention.block == 0
+
+
+def test_a_split_workspace_is_sized_for_the_largest_split_within_the_steps_rows():
+    four, eight = LinearConfig(False, 32, 64, 4, split=4), LinearConfig(True, 64, 64, 4, split=8)
+    choices = KernelChoices(
+        linear={
+            "1600x1600": ((2, four), (16, eight), (1 << 30, None)),
+            "6400x1600": ((1 << 30, None),),
+            "50257x1600": ((1 << 30, LinearConfig(True, 64, 64, 4)),),
+        }
+    )
+    assert choices.split_needs(64) == (8 * 16 * 1600, 1600 // 32)
+    assert choices.split_needs(8) == (8 * 8 * 1600, 1600 // 32)
+    assert choices.split_needs(1) == (4 * 1 * 1600, 1600 // 32)
+    assert KernelChoices(linear={"6400x1600": ((1 << 30, None),)}).split_needs(64) == (0, 0)
 
 
 def test_an_unmeasured_gpu_gets_the_defaults():
@@ -52,7 +69,7 @@ def test_the_committed_choices_are_what_the_committed_tuning_measured():
     for row in tuning["linear"]:
         chosen = choices.linear_for(row["rows"], row["n"], row["k"])
         faster = row["best_us"] < row["cublas_us"]
-        assert (chosen.__dict__ if chosen else None) == (row["best"] if faster else None), row
+        assert chosen == (LinearConfig(**row["best"]) if faster else None), row
     for row in tuning["attention"]:
         assert choices.attention_for(row["rows"]).__dict__ == row["best"]
 

@@ -36,14 +36,20 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def linear_errors(device: str, dtype: torch.dtype) -> list[float]:
     """The streaming projection, both inner products (FMA and tensor cores), at row counts that do not
-    fill a block, with and without its fused prologue (residual add, LayerNorm) and GELU epilogue."""
-    from triton_backend.gpu_kernels import LinearConfig, linear
+    fill a block, with and without its fused prologue (residual add, LayerNorm) and GELU epilogue, and
+    with its reduction split (one slice left empty), each split config run twice over one workspace
+    (its counters must be back at zero)."""
+    from triton_backend.gpu_kernels import LinearConfig, SplitWorkspace, linear
 
     generator = torch.Generator().manual_seed(2)
     k, n = 100, 70  # neither a multiple of any block
+    workspace = SplitWorkspace.allocate(torch.device(device), 3 * 17 * n, n)
     errors = []
-    for rows, config in ((1, LinearConfig(False, 8, 32, 4)), (3, LinearConfig(False, 16, 64, 4)),
-                         (8, LinearConfig(True, 16, 32, 4)), (17, LinearConfig(True, 32, 32, 4))):  # fmt: skip
+    cases = [(1, LinearConfig(False, 8, 32, 4)), (3, LinearConfig(False, 16, 64, 4)),
+             (8, LinearConfig(True, 16, 32, 4)), (17, LinearConfig(True, 32, 32, 4)),
+             (1, LinearConfig(False, 8, 32, 4, split=3)), (2, LinearConfig(False, 16, 16, 4, split=2)),
+             (8, LinearConfig(True, 16, 32, 4, split=2)), (17, LinearConfig(True, 32, 16, 4, split=3))]  # fmt: skip
+    for rows, config in cases:
         x, delta = (torch.randn(rows, k, generator=generator) for _ in range(2))
         w, b = torch.randn(n, k, generator=generator), torch.randn(n, generator=generator)
         norm = torch.nn.LayerNorm(k).requires_grad_(False)
@@ -51,13 +57,20 @@ def linear_errors(device: str, dtype: torch.dtype) -> list[float]:
         norm.bias.normal_(generator=generator)
         on = {name: t.to(device, dtype) for name, t in (("x", x), ("delta", delta), ("w", w), ("b", b))}
         norm = norm.to(device, dtype)
-        errors.append(_rel(linear(on["x"], on["w"], on["b"], config), x.double() @ w.double().T + b.double()))
-        summed = torch.full_like(on["x"], float("nan"))
-        out = linear(on["x"], on["w"], on["b"], config, delta=on["delta"], h_out=summed, norm=norm, gelu=True)
-        want_sum = x.double() + delta.double()
-        normed = torch.nn.functional.layer_norm(want_sum, (k,), norm.weight.double().cpu(), norm.bias.double().cpu())
-        want = torch.nn.functional.gelu(normed @ w.double().T + b.double(), approximate="tanh")
-        errors += [_rel(summed, want_sum), _rel(out, want)]
+        for _ in range(2 if config.split > 1 else 1):
+            got = linear(on["x"], on["w"], on["b"], config, workspace=workspace)
+            errors.append(_rel(got, x.double() @ w.double().T + b.double()))
+            summed = torch.full_like(on["x"], float("nan"))
+            out = linear(
+                on["x"], on["w"], on["b"], config, delta=on["delta"], h_out=summed, norm=norm, gelu=True,
+                workspace=workspace,
+            )  # fmt: skip
+            want_sum = x.double() + delta.double()
+            gain, shift = norm.weight.double().cpu(), norm.bias.double().cpu()
+            normed = torch.nn.functional.layer_norm(want_sum, (k,), gain, shift)
+            want = torch.nn.functional.gelu(normed @ w.double().T + b.double(), approximate="tanh")
+            errors += [_rel(summed, want_sum), _rel(out, want)]
+    assert int(workspace.counters.abs().sum()) == 0
     return errors
 
 
@@ -148,19 +161,22 @@ ARRIVALS = {
 def step_path_tokens() -> dict[str, list[list[int]]]:
     """Greedy tokens of ARRIVALS through the step path's forward pass (no graphs), on the CPU: decode
     steps of 1-3 rows through the FMA projections, steps with prefill rows through tensor-core ones
-    (up to 32 rows) and cuBLAS's (more), attention with and without context splits."""
+    (up to 32 rows) and cuBLAS's (more), the two narrow projections with split reductions, attention
+    with and without context splits."""
     from triton_backend.gpu_configs import KernelChoices
     from triton_backend.gpu_kernels import AttentionConfig, LinearConfig
     from triton_backend.graph_steps import GraphSteps
 
     fma, dot, head = LinearConfig(False, 16, 32, 4), LinearConfig(True, 16, 32, 4), LinearConfig(False, 2048, 16, 4)
     table = ((2, fma), (16, dot), (1 << 30, None))
+    fma_split, dot_split = LinearConfig(False, 16, 32, 4, split=2), LinearConfig(True, 16, 32, 4, split=3)
+    split = ((2, fma_split), (16, dot_split), (1 << 30, None))
     choices = KernelChoices(
         linear={
             "192x64": table,
-            "64x64": table,
+            "64x64": split,
             "256x64": table,
-            "64x256": table,
+            "64x256": split,
             "50257x64": ((1, head), (1 << 30, None)),
         },
         attention=((1, AttentionConfig(32, 16, 1)), (1 << 30, AttentionConfig(1 << 20, 16, 1))),

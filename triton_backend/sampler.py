@@ -21,6 +21,8 @@ from triton_backend.sampling_params import SamplingParams
 NUCLEUS_HEAD = 1024
 #: Uniform numbers a sampling row draws from its generator at once.
 UNIFORMS_AHEAD = 64
+_SMALLEST = torch.finfo(torch.float32).smallest_normal
+_LARGEST = torch.finfo(torch.float32).max  # above it, a banned token's -inf would divide into NaN
 
 
 @dataclass
@@ -88,7 +90,12 @@ def _sample_rows(logits: torch.Tensor, states: list[SamplingState]) -> torch.Ten
     `logits` is overwritten."""
     device, vocab = logits.device, logits.shape[-1]
     params = [state.params for state in states]
-    scaled = logits.div_(torch.tensor([p.temperature for p in params], device=device)[:, None])
+    # Every temperature > 0 is allowed: the row's maximum is taken off before dividing, so what a tiny
+    # one scales overflows towards -inf (no mass), never inf - inf; and one below float32's range
+    # divides as its smallest normal number, which leaves only the maximum's ties: greedy, as the limit is.
+    # One above float32's range divides as its largest: uniform over the tokens with mass.
+    temperature = torch.tensor([p.temperature for p in params], device=device)[:, None]
+    scaled = logits.sub_(logits.amax(dim=-1, keepdim=True)).div_(temperature.clamp_(_SMALLEST, _LARGEST))
     top_k = [p.top_k if 0 < p.top_k < vocab else 0 for p in params]
     if any(top_k):
         scaled = _keep_top_k(scaled, top_k)

@@ -50,6 +50,28 @@ class Limits:
     max_n: int = 8
     context_length: int = CONTEXT_LENGTH
     max_stop_strings: int = 8
+    max_stop_chars: int = 256  # each stop string
+    # The JSON string: every key with a long value fits in far less; a bound keeps parsing cheap.
+    max_parameters_bytes: int = 16384
+    # Larger than any prompt that fits the context can be (its tokens are at most this many bytes
+    # each): what is longer is refused before it is tokenized.
+    max_token_bytes: int = 128
+
+    @property
+    def max_prompt_bytes(self) -> int:
+        return self.context_length * self.max_token_bytes
+
+
+# Integers beyond these many bits are described, not printed (Python refuses to print some of them).
+_SHOWN_BITS = 128
+
+
+def show(value: Any) -> str:
+    """A client's value for an error message, kept short whatever the client sent."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _SHOWN_BITS:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
 
 
 @dataclass
@@ -58,18 +80,20 @@ class _Checker:
 
     def int_field(self, raw: dict[str, Any], key: str, default: int, minimum: int, rule: str) -> int:
         value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.errors.append(f"{key}: must be an integer {rule}, got {value!r}")
-            return default
-        if value < minimum:
-            self.errors.append(f"{key}: must be an integer {rule}, got {value}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value >= 2**63:
+            self.errors.append(f"{key}: must be an integer {rule}, got {show(value)}")
             return default
         return value
 
-    def float_field(self, raw: dict[str, Any], key: str, default: float) -> float | None:
+    def float_field(self, raw: dict[str, Any], key: str, default: float, rule: str = "") -> float | None:
         value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            self.errors.append(f"{key}: must be a finite number, got {value!r}")
+        finite = isinstance(value, int | float) and not isinstance(value, bool)
+        if isinstance(value, int) and finite:
+            finite = value.bit_length() <= 1023  # larger ones have no float
+        elif finite:
+            finite = math.isfinite(value)
+        if not finite:
+            self.errors.append(f"{key}: must be a finite number{rule}, got {show(value)}")
             return None
         return float(value)
 
@@ -84,6 +108,8 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
     """Parse the `sampling_parameters` JSON string; raise InvalidRequest naming every bad field."""
     if text is None or text.strip() == "":
         raw: Any = {}
+    elif len(text.encode("utf-8", "surrogatepass")) > limits.max_parameters_bytes:
+        raise InvalidRequest([f"sampling_parameters: at most {limits.max_parameters_bytes} bytes of JSON"])
     else:
         try:
             raw = json.loads(text)
@@ -91,6 +117,10 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
             raise InvalidRequest(
                 [f"sampling_parameters: must be a JSON object, got invalid JSON ({err})"]
             ) from err
+        except RecursionError as err:
+            raise InvalidRequest(["sampling_parameters: must be a flat JSON object, got one nested too deep"]) from err
+        except ValueError as err:  # an integer of more digits than Python converts
+            raise InvalidRequest([f"sampling_parameters: must be a JSON object of plain values ({err})"]) from err
     if not isinstance(raw, dict):
         raise InvalidRequest([f"sampling_parameters: must be a JSON object, got {type(raw).__name__}"])
     # Triton's vLLM clients send every value as a string of JSON at times ("max_tokens": "32").
@@ -98,7 +128,7 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
     check = _Checker()
     unknown = sorted(set(raw) - set(_ALLOWED))
     if unknown:
-        check.errors.append(f"sampling_parameters: unknown keys {unknown}; allowed: {', '.join(_ALLOWED)}")
+        check.errors.append(f"sampling_parameters: unknown keys {show(unknown)}; allowed: {', '.join(_ALLOWED)}")
 
     max_tokens = check.int_field(raw, "max_tokens", 16, 1, ">= 1")
     min_tokens = check.int_field(raw, "min_tokens", 0, 0, ">= 0")
@@ -107,12 +137,12 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
         check.errors.append(f"n: must be an integer in [1, {limits.max_n}], got {n}")
     top_k = check.int_field(raw, "top_k", 0, 0, ">= 0 (0 disables top-k)")
     ngram = check.int_field(raw, "no_repeat_ngram_size", 0, 0, ">= 0 (0 disables it)")
-    temperature = check.float_field(raw, "temperature", 1.0)
+    temperature = check.float_field(raw, "temperature", 1.0, " >= 0 (0 is greedy)")
     if temperature is not None and temperature < 0:
-        check.errors.append(f"temperature: must be >= 0 (0 is greedy), got {temperature}")
-    top_p = check.float_field(raw, "top_p", 1.0)
+        check.errors.append(f"temperature: must be a finite number >= 0 (0 is greedy), got {temperature}")
+    top_p = check.float_field(raw, "top_p", 1.0, " in (0, 1]")
     if top_p is not None and not 0 < top_p <= 1:
-        check.errors.append(f"top_p: must be in (0, 1], got {top_p}")
+        check.errors.append(f"top_p: must be a finite number in (0, 1], got {top_p}")
     if min_tokens > max_tokens:
         check.errors.append(f"min_tokens: must be <= max_tokens ({max_tokens}), got {min_tokens}")
     if prompt_tokens + max_tokens > limits.context_length:
@@ -125,24 +155,26 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
     if isinstance(stop, str):
         stop = [stop]
     if not isinstance(stop, list) or not all(isinstance(s, str) and s for s in stop):
-        check.errors.append(f"stop: must be a non-empty string or a list of them, got {stop!r}")
+        check.errors.append(f"stop: must be a non-empty string or a list of them, got {show(stop)}")
         stop = []
     elif len(stop) > limits.max_stop_strings:
         check.errors.append(f"stop: at most {limits.max_stop_strings} strings, got {len(stop)}")
+    elif any(len(s) > limits.max_stop_chars for s in stop):
+        check.errors.append(f"stop: each string at most {limits.max_stop_chars} characters")
 
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-        check.errors.append(f"seed: must be an integer in [0, 2^63), got {seed!r}")
+        check.errors.append(f"seed: must be an integer in [0, 2^63), got {show(seed)}")
         seed = None
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
-        check.errors.append(f"ignore_eos: must be true or false, got {ignore_eos!r}")
+        check.errors.append(f"ignore_eos: must be true or false, got {show(ignore_eos)}")
         ignore_eos = False
     deadline = raw.get("deadline")
     if deadline is not None:
-        deadline = check.float_field(raw, "deadline", 0.0)
+        deadline = check.float_field(raw, "deadline", 0.0, " > 0 (seconds)")
         if deadline is not None and deadline <= 0:
-            check.errors.append(f"deadline: must be > 0 seconds, got {deadline}")
+            check.errors.append(f"deadline: must be a finite number > 0 (seconds), got {deadline}")
     if check.errors:
         raise InvalidRequest(check.errors)
     return SamplingParams(
@@ -164,7 +196,7 @@ def _unquote(value: Any) -> Any:
     if isinstance(value, str):
         try:
             decoded = json.loads(value)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON, or a number Python will not convert: kept as text
             return value
         # Only numbers and booleans are unquoted: a stop string "1" stays a string.
         if isinstance(decoded, bool | int | float):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any
 
 from tokenizers import Tokenizer
 
 from triton_backend.sampling_params import InvalidRequest, Limits, SamplingParams, parse_sampling_params
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -30,12 +33,29 @@ class ParsedRequest:
 
 
 def parse_request(pb_utils: Any, request: Any, tokenizer: Tokenizer, limits: Limits) -> ParsedRequest:
-    """Raises InvalidRequest naming every bad input."""
+    """Raises InvalidRequest naming every bad input, and nothing else: a check that fails in a way
+    nobody foresaw still refuses the request with a field error (logged here with its traceback),
+    never with the exception's text."""
+    try:
+        return _parse(pb_utils, request, tokenizer, limits)
+    except InvalidRequest:
+        raise
+    except Exception as err:
+        log.exception("reading a request failed")
+        raise InvalidRequest([f"request: could not be read ({type(err).__name__}); see the server log"]) from err
+
+
+def _parse(pb_utils: Any, request: Any, tokenizer: Tokenizer, limits: Limits) -> ParsedRequest:
     errors: list[str] = []
     prompt = ""
     raw_text = _input(pb_utils, request, "text_input")
     if raw_text is None:
         errors.append("text_input: is required (the prompt, a non-empty UTF-8 string)")
+    elif len(raw_text) > limits.max_prompt_bytes:
+        errors.append(
+            f"text_input: at most {limits.max_prompt_bytes} bytes (no longer prompt fits the "
+            f"{limits.context_length}-token context), got {len(raw_text)}"
+        )
     else:
         try:
             prompt = raw_text.decode("utf-8") if isinstance(raw_text, bytes) else str(raw_text)

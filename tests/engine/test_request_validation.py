@@ -62,3 +62,46 @@ def test_values_quoted_as_strings_are_accepted_as_vllm_clients_send_them():
 def test_defaults_when_nothing_is_given():
     params = parse_sampling_params(None, 5, LIMITS)
     assert (params.max_tokens, params.n, params.temperature, params.top_k) == (16, 1, 1.0, 0)
+
+
+HUGE = "1" + "0" * 400  # 10**400: no float holds it
+DIGITS = "9" * 5000  # more digits than Python converts to an int by default
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "allowed"),
+    [
+        ('{"temperature": ' + HUGE + '}', "temperature", "finite number >= 0"),
+        ('{"top_p": ' + HUGE + '}', "top_p", "finite number in (0, 1]"),
+        ('{"deadline": ' + HUGE + '}', "deadline", "finite number > 0"),
+        ('{"temperature": 1e999}', "temperature", "finite number >= 0"),
+        ('{"max_tokens": ' + HUGE + '}', "max_tokens", "integer >= 1"),
+        ('{"seed": ' + HUGE + '}', "seed", "[0, 2^63)"),
+        ('{"n": ' + HUGE + '}', "n", "[1, 4]"),
+        ('{"max_tokens": "' + DIGITS + '"}', "max_tokens", "integer >= 1"),
+        ('{"temperature": "' + HUGE + '"}', "temperature", "finite number >= 0"),
+        ('{"max_tokens": ' + DIGITS + '}', "sampling_parameters", "plain values"),
+        ('{"stop": ' + ("[" * 100_000 + "]" * 100_000) + '}', "sampling_parameters", "at most"),
+        ('{"stop": ' + ("[" * 5000 + "]" * 5000) + '}', "sampling_parameters", "nested too deep"),
+        ('{"stop": "' + ("x" * 300) + '"}', "stop", "at most 256 characters"),
+        (json.dumps({"stop": "x" * 20_000}), "sampling_parameters", "at most 16384 bytes"),
+    ],
+    ids=[
+        "temperature-10e400", "top_p-10e400", "deadline-10e400", "temperature-1e999", "max_tokens-10e400",
+        "seed-10e400", "n-10e400", "quoted-5000-digits", "quoted-10e400", "5000-digits", "oversized-nesting",
+        "deep-nesting", "long-stop", "oversized",
+    ],
+)
+def test_values_no_number_or_parser_can_hold_get_the_field_error(text, field, allowed):
+    with pytest.raises(InvalidRequest) as err:
+        parse_sampling_params(text, prompt_tokens=10, limits=LIMITS)
+    message = str(err.value)
+    assert message.startswith(field) or f"; {field}" in message, message
+    assert allowed in message, message
+    assert len(message) < 300, message  # the client's value is described, not echoed
+
+
+def test_the_prompt_bound_is_what_the_longest_token_makes_of_the_context():
+    from triton_backend.tokenizer import token_bytes
+
+    assert Limits().max_token_bytes == max(len(piece) for piece in token_bytes())

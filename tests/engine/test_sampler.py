@@ -52,6 +52,21 @@ def test_temperature_sharpens_the_softmax_it_samples_from():
         assert close(seen, expected, 4000), (temperature, seen, expected)
 
 
+def test_any_temperature_the_docs_allow_samples_from_a_distribution():
+    """Below float32's range the draw is the limit's (greedy among the most likely's ties); far above
+    it, uniform over the tokens with mass; a banned token is never drawn at either end."""
+    weights = {7: 0.5, 11: 0.3, 500: 0.15, EOS_TOKEN_ID: 0.05}
+    for temperature in (1e-30, 1e-38, 1e-39, 1e-45, 1e-300, 5e-324):
+        seen = frequencies(weights, SamplingParams(temperature=temperature), rounds=3)
+        assert seen == {7: 1.0}, (temperature, seen)
+    tied = logits_of({7: 0.4, 11: 0.4, 500: 0.2}, 2000)
+    drawn = sample(tied, states(SamplingParams(temperature=1e-300), 2000))
+    assert set(drawn) == {7, 11} and 800 < drawn.count(7) < 1200
+    for temperature in (1e38, 1e300):
+        seen = frequencies(weights, SamplingParams(temperature=temperature, min_tokens=4))
+        assert close(seen, {7: 1 / 3, 11: 1 / 3, 500: 1 / 3}, 4000), (temperature, seen)
+
+
 def test_top_k_and_top_p_keep_only_the_most_likely_tokens():
     weights = {7: 0.5, 11: 0.3, 500: 0.15, 900: 0.05}
     top_k = frequencies(weights, SamplingParams(top_k=3))

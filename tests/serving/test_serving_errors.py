@@ -14,23 +14,31 @@ BAD = [
     ("hi", "{max_tokens: 4", "sampling_parameters: must be a JSON object"),
     ("hi", {"max_tokens": 4, "beams": 2}, "unknown keys ['beams']"),
     ("hi", {"max_tokens": "many"}, "max_tokens: must be an integer"),
-    ("hi", {"temperature": -1}, "temperature: must be >= 0"),
-    ("hi", {"top_p": 0}, "top_p: must be in (0, 1]"),
-    ("hi", {"top_p": 1.01}, "top_p: must be in (0, 1]"),
+    ("hi", {"temperature": -1}, "temperature: must be a finite number >= 0"),
+    ("hi", {"top_p": 0}, "top_p: must be a finite number in (0, 1]"),
+    ("hi", {"top_p": 1.01}, "top_p: must be a finite number in (0, 1]"),
     ("hi", {"top_k": -2}, "top_k: must be an integer >= 0"),
     ("hi", {"max_tokens": 0}, "max_tokens: must be an integer >= 1"),
     ("hi", {"max_tokens": 3, "min_tokens": 4}, "min_tokens: must be <= max_tokens"),
     ("hi", {"n": 0}, "n: must be an integer in [1, 8]"),
     ("hi", {"n": 9}, "n: must be an integer in [1, 8]"),
     ("hi " * 600, {"max_tokens": 500}, "the 1024-token context"),
+    # Values no number or parser holds: each the usual field error, never the exception's text.
+    ("hi", '{"temperature": 1' + "0" * 400 + '}', "temperature: must be a finite number >= 0"),
+    ("hi", '{"top_p": 1' + "0" * 400 + '}', "top_p: must be a finite number in (0, 1]"),
+    ("hi", '{"deadline": 1' + "0" * 400 + '}', "deadline: must be a finite number > 0"),
+    ("hi", '{"max_tokens": ' + "9" * 5000 + "}", "sampling_parameters: must be a JSON object of plain values"),
+    ("hi", '{"stop": ' + "[" * 5000 + "]" * 5000 + "}", "sampling_parameters: must be a flat JSON object"),
+    ("x" * 200_000, {"max_tokens": 4}, "text_input: at most 131072 bytes"),
 ]
 
 
-@pytest.mark.parametrize(("prompt", "sampling", "message"), BAD, ids=[m for _, _, m in BAD])
+@pytest.mark.parametrize(("prompt", "sampling", "message"), BAD, ids=[m[:60] for _, _, m in BAD])
 def test_bad_input_is_refused_by_name_and_the_server_keeps_serving(triton_tiny, prompt, sampling, message):
     before = metric(scrape(triton_tiny.metrics_url), "nlg_requests_rejected_total")
     refused = grpc_generate(triton_tiny.grpc_url, prompt, sampling)
     assert refused.error is not None and message in refused.error, refused.error
+    assert "Traceback" not in refused.error and ".py" not in refused.error and len(refused.error) < 600
     assert refused.finals == 1 and not refused.texts
     served = grpc_generate(triton_tiny.grpc_url, "still here?", {"max_tokens": 3})
     assert served.error is None and sum(served.num_output_tokens) == 3

@@ -124,14 +124,23 @@ class Controller:
                 self._remove(old.model_id)
             self._add(Target(model_id, spec, scale_target, "config"))
 
-    def register(self, registration: Registration) -> dict[str, Any]:
+    def register(self, registration: Registration, *, replace: bool = True) -> dict[str, Any]:
+        """Adds an API target, or replaces one when ``replace``; one scale target has one owner."""
         with self._lock:
             existing = self._targets.get(registration.model_id)
             if existing is not None and existing.origin == "config":
                 raise TargetConflict(
                     f"model {registration.model_id!r} is scaled by the config file; change the file instead"
                 )
+            if existing is not None and not replace:
+                raise TargetConflict(f"model {registration.model_id!r} is already registered")
             name = self.target_name(registration)
+            for other in self._targets.values():
+                if other.scale_target == name and other.model_id != registration.model_id:
+                    raise TargetConflict(
+                        f"{name!r} is already scaled for model {other.model_id!r} ({other.origin}); "
+                        "two targets would undo each other's replicas"
+                    )
             target = Target(registration.model_id, registration.scaler, name, "api", registration)
             self._add(target)
             return self._targets[registration.model_id].view()

@@ -189,6 +189,11 @@ class Scheduler:
     def _plan_prefill(self, plan: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
         for request in list(self.prefilling):
+            if request in plan.preempted:
+                # Preempted while an earlier one made room. The engine leaves no later request holding
+                # pages while an earlier one still prefills, so this is defence: planning it would run a
+                # chunk for a request that is back in the queue.
+                continue
             targets = request.prefill_targets()
             for index, (seq, target) in enumerate(targets):
                 if budget == 0:

@@ -4,10 +4,15 @@ This module owns the lifecycle (start, apply a reloaded config, stop) and nothin
 rebuilds only what changed: a new ``source`` or ``loop.interval`` gets a new metric source, a new
 ``actuator`` a new actuator, a new ``leader_election`` a new elector; the scaler changes in place,
 keeping the policy state. ``api`` and ``metrics`` changes need a restart (their ports are bound).
+
+Every network call the loop makes is bounded by :func:`call_timeout`, half the loop interval (at
+most 10 s), so a round ends however the Kubernetes API, Triton or a pod fails. Both ports are bound
+before anything starts: one that cannot be bound is a :class:`StartupError` naming it.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import socket
@@ -29,13 +34,22 @@ from autoscaler.collect import WindowSource
 from autoscaler.collect.direct import DirectSource, EndpointSliceTargets, StaticTargets
 from autoscaler.collect.promql import PrometheusSource
 from autoscaler.config import AutoscalerConfig, Registration
-from autoscaler.kube import api_client
+from autoscaler.kube import api_client, new_client
 from autoscaler.leader import LeaseElector
 from autoscaler.loop import Controller
 from autoscaler.reload import ConfigWatcher
 from autoscaler.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
+
+
+class StartupError(RuntimeError):
+    """The service cannot start (a port it cannot bind); the message is one line saying which."""
+
+
+def call_timeout(config: AutoscalerConfig) -> float:
+    """The bound on one call to the Kubernetes API or Triton: half the loop interval, at most 10 s."""
+    return min(10.0, config.loop.interval / 2)
 
 
 def default_identity() -> str:
@@ -62,7 +76,8 @@ class App:
         self.registry = registry if registry is not None else CollectorRegistry()
         self.telemetry = Telemetry(self.registry)
         self.identity = identity or default_identity()
-        self._kube = kube
+        # A client handed in gets this module's settings too (no retries, the User-Agent).
+        self._kube = new_client(copy.deepcopy(kube.configuration)) if kube is not None else None
         self._kubeconfig = kubeconfig
         self.controller = Controller(
             self._source(config),
@@ -98,17 +113,19 @@ class App:
             lister = StaticTargets(spec.static_targets)
         else:
             api = k8s.DiscoveryV1Api(self.kube())
-            lister = EndpointSliceTargets(api, spec.service, spec.namespace, spec.port_name)
+            timeout = min(spec.timeout, call_timeout(config))
+            lister = EndpointSliceTargets(api, spec.service, spec.namespace, spec.port_name, timeout)
         # A pod missing for two and a half rounds is gone: its gauges stop counting.
         stale_after = 2.5 * config.loop.interval + spec.timeout
         return DirectSource(lister, spec.timeout, stale_after, on_error=self._on_scrape_error)
 
     def _actuator(self, config: AutoscalerConfig) -> Actuator:
         spec = config.actuator
+        timeout = call_timeout(config)
         if spec.kind == "kubernetes":
-            return DeploymentScaler(k8s.AppsV1Api(self.kube()), spec.namespace)
+            return DeploymentScaler(k8s.AppsV1Api(self.kube()), spec.namespace, timeout=timeout)
         if spec.kind == "triton":
-            return TritonInstanceScaler(spec.triton_url, spec.triton_metrics_url)
+            return TritonInstanceScaler(spec.triton_url, spec.triton_metrics_url, timeout=timeout)
         return RecordingActuator(initial=max(1, config.scaler.min_deployment_count))
 
     def _elector(self, config: AutoscalerConfig) -> LeaseElector | None:
@@ -116,7 +133,10 @@ class App:
         if not spec.enabled:
             return None
         api = k8s.CoordinationV1Api(self.kube())
-        return LeaseElector(api, spec.lease_name, spec.namespace, self.identity, spec.lease_duration)
+        return LeaseElector(
+            api, spec.lease_name, spec.namespace, self.identity, spec.lease_duration,
+            retry_period=config.loop.interval, timeout=call_timeout(config),
+        )  # fmt: skip
 
     @staticmethod
     def _config_target(config: AutoscalerConfig) -> str:
@@ -137,11 +157,12 @@ class App:
             controller.source.close()
             controller.source = self._source(new)
             controller.source_kind = new.source.kind
-        if new.actuator != old.actuator:
+        interval_changed = new.loop.interval != old.loop.interval
+        if new.actuator != old.actuator or interval_changed:
             controller.actuator.close()
             controller.actuator = self._actuator(new)
             controller.target_name = self._target_name(new)
-        if new.leader_election != old.leader_election:
+        if new.leader_election != old.leader_election or interval_changed:
             controller.close()
             controller.elector = self._elector(new)
         controller.set_config_target(new.model_id, new.scaler, self._config_target(new))
@@ -158,21 +179,31 @@ class App:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> App:
-        """Starts the metrics server, the API and the loop, each on its own thread."""
-        if self.config.metrics.port:
-            self._metrics_server, _ = start_http_server(
-                self.config.metrics.port, addr=self.config.api.host, registry=self.registry
-            )
+        """Binds both ports, then starts the metrics server, the API and the loop, each on its own thread.
+
+        Raises :class:`StartupError` (nothing left running) when a port cannot be bound.
+        """
+        token = _read_token(self.config.api.token_file) if self.config.api.port else None
+        api_socket = None
         if self.config.api.port:
-            token = _read_token(self.config.api.token_file)
+            api_socket = _bind(self.config.api.host, self.config.api.port, "api.port", "the management API")
+        if self.config.metrics.port:
+            try:
+                self._metrics_server, _ = start_http_server(
+                    self.config.metrics.port, addr=self.config.api.host, registry=self.registry
+                )
+            except OSError as e:
+                if api_socket is not None:
+                    api_socket.close()
+                raise _bind_error(self.config.api.host, self.config.metrics.port, "metrics.port",
+                                  "the autoscaler's /metrics", e) from e  # fmt: skip
+        if api_socket is not None:
             app = create_app(self.controller, token)
-            config = uvicorn.Config(
-                app, host=self.config.api.host, port=self.config.api.port, log_level="warning", lifespan="off"
-            )
-            self._api_server = uvicorn.Server(config)
-            self._spawn("api", self._api_server.run)
+            config = uvicorn.Config(app, log_level="warning", lifespan="off")
+            server = self._api_server = uvicorn.Server(config)
+            self._spawn("api", lambda: server.run(sockets=[api_socket]))
             deadline = time.monotonic() + 10
-            while not self._api_server.started and time.monotonic() < deadline:
+            while not server.started and time.monotonic() < deadline:
                 time.sleep(0.02)
         self._spawn("loop", lambda: self.controller.run(self._stop, self._interval, self._before_round))
         return self
@@ -214,6 +245,26 @@ class App:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _bind(host: str, port: int, key: str, purpose: str) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise _bind_error(host, port, key, purpose, e) from e
+    return sock
+
+
+def _bind_error(host: str, port: int, key: str, purpose: str, e: OSError) -> StartupError:
+    return StartupError(
+        f"{key} = {port} ({purpose}): cannot listen on {host}:{port}: {e.strerror or e}; "
+        f"stop what uses it or choose another port"
+    )
 
 
 def _read_token(path: str) -> str | None:

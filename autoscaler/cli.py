@@ -6,7 +6,9 @@ This module owns the command line and nothing else::
     nlg-autoscaler --config autoscaler.yaml --check    # validate: every error, exit status 2
     nlg-autoscaler --config autoscaler.yaml --once     # one round, decisions printed as JSON
 
-Exit status: 0 after a clean stop, 2 for a configuration that does not parse.
+Exit status: 0 after a clean stop, 2 for a configuration that does not parse, 1 when the service
+cannot start (a port it cannot bind, no Kubernetes credentials) or a ``--once`` round failed; the
+reason is one line on stderr.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from types import FrameType
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from autoscaler import __version__
-from autoscaler.app import App
-from autoscaler.config import ConfigError
+from autoscaler.app import App, StartupError
+from autoscaler.config import AutoscalerConfig, ConfigError
+from autoscaler.kube import KubeConfigError
 from autoscaler.reload import ConfigWatcher
 
 log = logging.getLogger("autoscaler")
@@ -60,15 +63,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         print(f"{args.config}: ok")
         return 0
+    try:
+        return _run(args, config, watcher)
+    except (StartupError, KubeConfigError) as e:
+        print(f"nlg-autoscaler: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace, config: AutoscalerConfig, watcher: ConfigWatcher) -> int:
     # The process-wide registry serves /metrics; a one-shot run registers nothing globally.
     registry = CollectorRegistry() if args.once else REGISTRY
     app = App(config, watcher=watcher, registry=registry, kubeconfig=args.kubeconfig, identity=args.identity)
     if args.once:
         try:
-            app.controller.run_once()
+            errors = app.controller.run_once()
             print(json.dumps(app.controller.views(), indent=2))
         finally:
             app.stop()
+        if errors:
+            print(f"nlg-autoscaler: the round failed: {'; '.join(errors)}", file=sys.stderr)
+            return 1
         return 0
 
     def on_signal(signum: int, frame: FrameType | None) -> None:

@@ -7,13 +7,24 @@ loop round, :meth:`LeaseElector.tick`, which takes the loop's ``now`` (it never 
 - held by us: renew ``renewTime``;
 - held by another: wait until the Lease has not changed for ``leaseDurationSeconds`` as measured on
   *our* clock since we last saw it change (client-go's rule: no trust in the other node's clock),
-  then take it over, incrementing ``leaseTransitions``;
+  then take it over;
 - released (empty holder): take it over at once.
+
+A change of holder, a released Lease's included, adds one to ``leaseTransitions`` (client-go counts
+every acquisition by a replica that was not leading).
 
 Every write is a merge patch carrying the ``resourceVersion`` just read, so of two replicas racing
 for the same Lease the API server lets one through and answers the other 409: it is not leader.
-Any API error means "not leader" for this round: acting without a renewed Lease is what must not
-happen. :meth:`LeaseElector.release` empties the holder on shutdown so a standby takes over at once.
+
+The renew deadline (client-go's ``renewDeadline``, here ``2/3`` of the lease unless given) bounds
+how long a leader goes on acting without a successful renewal: a leader whose renewal fails, or has
+not succeeded by then, steps down and says why. Each call's timeout is cut to the time left before
+the deadline, so the leader has stopped claiming the Lease before a standby, which waits the whole
+lease duration from the last change it saw, can take it over: at most one replica leads.
+
+Any failure of the API (see :mod:`autoscaler.kube`) is one log line and :attr:`LeaseElector.error`
+for that round, never an exception. :meth:`LeaseElector.release` empties the holder on shutdown so
+a standby takes over at once.
 """
 
 from __future__ import annotations
@@ -24,9 +35,15 @@ from typing import Any
 
 from kubernetes import client as k8s
 
+from autoscaler.kube import KubeError, call
+
 log = logging.getLogger(__name__)
 
 _MERGE_PATCH = "application/merge-patch+json"
+#: The renew deadline as a share of the lease duration when none is given (client-go's 10 s of 15 s).
+RENEW_SHARE = 2 / 3
+#: A call never gets less time than this, even right before the deadline.
+_MIN_TIMEOUT = 0.05
 
 
 def _micro_time(now: float) -> str:
@@ -35,28 +52,63 @@ def _micro_time(now: float) -> str:
 
 
 class LeaseElector:
-    """One candidate; ``identity`` must be unique per replica (the pod name)."""
+    """One candidate; ``identity`` must be unique per replica (the pod name).
+
+    ``timeout`` bounds each API call; ``renew_deadline`` (default ``2/3 * lease_duration``, must be
+    shorter than it) is how long a leader may go without a successful renewal; ``retry_period`` is
+    the time to the next :meth:`tick` (the loop interval).
+    """
 
     def __init__(
-        self, api: k8s.CoordinationV1Api, name: str, namespace: str, identity: str, lease_duration: float
+        self,
+        api: k8s.CoordinationV1Api,
+        name: str,
+        namespace: str,
+        identity: str,
+        lease_duration: float,
+        *,
+        renew_deadline: float | None = None,
+        retry_period: float = 0.0,
+        timeout: float = 5.0,
     ) -> None:
+        deadline = RENEW_SHARE * lease_duration if renew_deadline is None else renew_deadline
+        if not 0 < deadline < lease_duration:
+            raise ValueError(f"renew_deadline {deadline} must be in (0, lease_duration {lease_duration})")
         self._api = api
         self.name = name
         self.namespace = namespace
         self.identity = identity
         self.lease_duration = lease_duration
+        self.renew_deadline = deadline
+        self.retry_period = retry_period
+        self.timeout = timeout
         self.leading = False
+        #: Why the last tick could not talk to the API server ("" when it could; losing a race is not an error).
+        self.error = ""
+        self._renewed_at = 0.0
         self._seen: tuple[Any, ...] | None = None
         self._seen_at = 0.0
 
-    def _set_leading(self, leading: bool) -> bool:
+    @property
+    def _where(self) -> str:
+        return f"lease {self.namespace}/{self.name}"
+
+    def _set_leading(self, leading: bool, why: str = "") -> bool:
         if leading != self.leading:
             verb = "acquired" if leading else "lost"
-            log.warning("%s %s lease %s/%s", self.identity, verb, self.namespace, self.name)
+            log.warning("%s %s %s%s", self.identity, verb, self._where, f": {why}" if why else "")
         self.leading = leading
         return leading
 
-    def _create(self, now: float) -> bool:
+    def _failed(self, e: KubeError) -> bool:
+        self.error = str(e)
+        if self.leading:  # the deadline check in tick() decides when a failing leader steps down
+            log.warning("%s; leading until the renew deadline", e)
+            return True
+        log.warning("%s", e)
+        return False
+
+    def _create(self, now: float, timeout: float) -> bool:
         at = datetime.fromtimestamp(now, tz=timezone.utc)
         body = k8s.V1Lease(
             api_version="coordination.k8s.io/v1",
@@ -71,69 +123,97 @@ class LeaseElector:
             ),
         )
         try:
-            self._api.create_namespaced_lease(self.namespace, body)
-        except k8s.ApiException as e:
-            if e.status != 409:
-                log.warning("cannot create lease %s/%s: HTTP %s", self.namespace, self.name, e.status)
-            return False
+            call(f"cannot create {self._where}", self._api.create_namespaced_lease, self.namespace, body,
+                 timeout=timeout)  # fmt: skip
+        except KubeError as e:
+            return False if e.status == 409 else self._failed(e)
         return True
 
-    def _patch(self, version: str | None, spec: dict[str, Any]) -> bool:
+    def _patch(self, version: str | None, spec: dict[str, Any], timeout: float) -> bool:
         body: dict[str, Any] = {"spec": spec}
         if version:
             body["metadata"] = {"resourceVersion": version}
         try:
-            self._api.patch_namespaced_lease(self.name, self.namespace, body, _content_type=_MERGE_PATCH)
-        except k8s.ApiException as e:
-            if e.status != 409:
-                log.warning("cannot update lease %s/%s: HTTP %s", self.namespace, self.name, e.status)
-            return False
+            call(f"cannot update {self._where}", self._api.patch_namespaced_lease, self.name, self.namespace,
+                 body, timeout=timeout, _content_type=_MERGE_PATCH)  # fmt: skip
+        except KubeError as e:
+            if e.status == 409:  # another replica wrote the Lease since we read it
+                return self._set_leading(False, "another replica changed it (409 Conflict)")
+            return self._failed(e)
         return True
 
     def tick(self, now: float) -> bool:
-        """Acquires or renews the Lease; True while this replica may act."""
+        """Acquires or renews the Lease; True while this replica may act.
+
+        A leader past its renew deadline steps down and tries again as a candidate next round; one
+        whose renewal fails keeps leading only while the next round (``retry_period`` on) still falls
+        before the deadline.
+        """
+        self.error = ""
+        if self.leading and not self.check(now):
+            return False
+        timeout = self.timeout
+        if self.leading:
+            # Both calls (read, then renew) end before the deadline.
+            timeout = max(_MIN_TIMEOUT, min(self.timeout, (self._renewed_at + self.renew_deadline - now) / 2))
+        leading = self._try(now, timeout)
+        if leading and not self.error:
+            self._renewed_at = now
+        elif leading and now + self.retry_period >= self._renewed_at + self.renew_deadline:
+            deadline = self.renew_deadline
+            return self._set_leading(False, f"cannot renew within the {deadline:g} s renew deadline")
+        return self._set_leading(leading)
+
+    def check(self, now: float) -> bool:
+        """Whether this replica may still act at ``now``; a leader past its renew deadline steps down."""
+        if self.leading and now - self._renewed_at >= self.renew_deadline:
+            deadline = self.renew_deadline
+            self._set_leading(False, f"not renewed within the {deadline:g} s renew deadline")
+        return self.leading
+
+    def _try(self, now: float, timeout: float) -> bool:
         try:
-            lease = self._api.read_namespaced_lease(self.name, self.namespace)
-        except k8s.ApiException as e:
+            lease = call(f"cannot read {self._where}", self._api.read_namespaced_lease, self.name,
+                         self.namespace, timeout=timeout)  # fmt: skip
+        except KubeError as e:
             if e.status == 404:
-                return self._set_leading(self._create(now))
-            log.warning("cannot read lease %s/%s: HTTP %s", self.namespace, self.name, e.status)
-            return self._set_leading(False)
-        except OSError as e:
-            log.warning("cannot reach the Kubernetes API for lease %s/%s: %s", self.namespace, self.name, e)
-            return self._set_leading(False)
+                return self._create(now, timeout)
+            return self._failed(e)
         spec = lease.spec or k8s.V1LeaseSpec()
         version = lease.metadata.resource_version if lease.metadata else None
         holder = spec.holder_identity or ""
         if holder == self.identity:
-            return self._set_leading(self._patch(version, {"renewTime": _micro_time(now)}))
+            return self._patch(version, {"renewTime": _micro_time(now)}, timeout)
+        if self.leading:
+            return self._set_leading(False, f"now held by {holder!r}" if holder else "released")
         seen = (holder, spec.renew_time, version)
         if seen != self._seen:
             self._seen, self._seen_at = seen, now
         duration = spec.lease_duration_seconds or self.lease_duration
         if holder and now - self._seen_at < duration:
-            return self._set_leading(False)
-        taken = self._patch(
+            return False
+        return self._patch(
             version,
             {
                 "holderIdentity": self.identity,
                 "leaseDurationSeconds": max(1, round(self.lease_duration)),
                 "acquireTime": _micro_time(now),
                 "renewTime": _micro_time(now),
-                "leaseTransitions": (spec.lease_transitions or 0) + (1 if holder else 0),
+                "leaseTransitions": (spec.lease_transitions or 0) + 1,
             },
+            timeout,
         )
-        return self._set_leading(taken)
 
     def release(self) -> None:
         """Gives the Lease up (empty holder) if we hold it; errors are logged, not raised."""
         if not self.leading:
             return
         try:
-            lease = self._api.read_namespaced_lease(self.name, self.namespace)
+            lease = call(f"cannot release {self._where}", self._api.read_namespaced_lease, self.name,
+                         self.namespace, timeout=self.timeout)  # fmt: skip
             if lease.spec and lease.spec.holder_identity == self.identity:
                 version = lease.metadata.resource_version if lease.metadata else None
-                self._patch(version, {"holderIdentity": None, "leaseDurationSeconds": 1})
-        except (k8s.ApiException, OSError) as e:
-            log.warning("cannot release lease %s/%s: %s", self.namespace, self.name, e)
-        self._set_leading(False)
+                self._patch(version, {"holderIdentity": None, "leaseDurationSeconds": 1}, self.timeout)
+        except KubeError as e:
+            log.warning("%s", e)
+        self._set_leading(False, "released")

@@ -114,6 +114,7 @@ class Controller:
             return  # same policy: keep its state and history
         if old is not None:
             target.state, target.replicas, target.history = old.state, old.replicas, old.history
+            self.telemetry.forget_signals(target.model_id)
         self._targets[target.model_id] = target
         self.telemetry.bind(target.model_id, self.source_kind, target.signals())
 
@@ -156,8 +157,8 @@ class Controller:
             return True
 
     def _remove(self, model_id: str) -> None:
-        target = self._targets.pop(model_id)
-        self.telemetry.forget(model_id, target.signals())
+        self._targets.pop(model_id)
+        self.telemetry.forget(model_id)
         forget = getattr(self.source, "forget", None)
         if forget is not None:
             forget(model_id)
@@ -173,22 +174,37 @@ class Controller:
 
     # -- rounds --------------------------------------------------------------------------------
 
-    def run_once(self) -> None:
-        """One round over all targets at ``now = clock()``."""
+    def run_once(self) -> list[str]:
+        """One round over all targets at ``now = clock()``; what failed in it, one line each."""
         started = time.perf_counter()
         now = self._clock()
         if self.elector is not None:
             leading = self.elector.tick(now)
             self.telemetry.is_leader.set(1 if leading else 0)
+            if self.elector.error:
+                self.telemetry.lease_errors.inc()
             if not leading:
-                return
+                return [f"leader election: {self.elector.error}"] if self.elector.error else []
         with self._lock:
             targets = list(self._targets.values())
-        # The lock is not held over the network calls, so the API answers while a Triton reload runs;
+        # The lock is not held over the network calls, so the API answers while a round waits on one;
         # a target removed meanwhile finishes this round unseen.
+        errors: list[str] = []
         for target in targets:
+            if not self._may_act():
+                break
             self._round(target, now)
+            if target.last_error:
+                errors.append(f"{target.model_id}: {target.last_error}")
         self.telemetry.loop_duration.observe(time.perf_counter() - started)
+        return errors
+
+    def _may_act(self) -> bool:
+        """A leader whose renew deadline passed during this round stops before the next target."""
+        if self.elector is None or self.elector.check(self._clock()):
+            return True
+        self.telemetry.is_leader.set(0)
+        return False
 
     def _round(self, target: Target, now: float) -> None:
         model = target.model_id
@@ -244,7 +260,10 @@ class Controller:
     def run(
         self, stop: threading.Event, interval: Callable[[], float], before_round: Callable[[], None]
     ) -> None:
-        """Rounds every ``interval()`` seconds until ``stop`` is set; exceptions are logged, not fatal."""
+        """Rounds every ``interval()`` seconds until ``stop`` is set; exceptions are logged, not fatal.
+
+        A round that takes longer than the interval is logged and counted; the next starts at once.
+        """
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -252,7 +271,11 @@ class Controller:
                 self.run_once()
             except Exception:  # a bug in one round must not stop scaling for good
                 log.exception("control loop round failed")
-            stop.wait(max(0.0, interval() - (time.monotonic() - started)))
+            took, every = time.monotonic() - started, interval()
+            if took > every:
+                self.telemetry.round_overruns.inc()
+                log.warning("control loop round took %.1f s, longer than loop.interval (%g s)", took, every)
+            stop.wait(max(0.0, every - took))
 
     def close(self) -> None:
         if self.elector is not None:

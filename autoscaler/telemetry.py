@@ -19,8 +19,12 @@ nlg_autoscaler_actuation_errors_total         counter    model
 nlg_autoscaler_external_changes_total         counter    model
 nlg_autoscaler_deferred_total                 counter    model
 nlg_autoscaler_loop_duration_seconds          histogram
+nlg_autoscaler_round_overruns_total           counter
+nlg_autoscaler_lease_errors_total             counter
 nlg_autoscaler_is_leader                      gauge
 ============================================  =========  ==============================
+
+A deleted target's series are removed (:meth:`Telemetry.forget`), not left at their last values.
 """
 
 from __future__ import annotations
@@ -89,6 +93,14 @@ class Telemetry:
             "nlg_autoscaler_loop_duration_seconds", "One collect-decide-actuate round over all targets",
             buckets=_LOOP_BUCKETS, registry=registry,
         )  # fmt: skip
+        self.round_overruns = Counter(
+            "nlg_autoscaler_round_overruns", "Rounds that took longer than loop.interval",
+            registry=registry,
+        )  # fmt: skip
+        self.lease_errors = Counter(
+            "nlg_autoscaler_lease_errors", "Lease reads or writes that failed (not lost races)",
+            registry=registry,
+        )  # fmt: skip
         self.is_leader = Gauge(
             "nlg_autoscaler_is_leader", "1 while this replica holds the leader Lease (or election is off)",
             registry=registry,
@@ -105,13 +117,18 @@ class Telemetry:
         for signal, target in targets.items():
             self.signal_target.labels(model, signal).set(target)
 
-    def forget(self, model: str, signals: Mapping[str, float]) -> None:
-        """Removes a deleted target's labelled series."""
-        for gauge in (self.desired, self.current):
-            _remove(gauge, model)
-        for signal in signals:
-            _remove(self.signal_value, model, signal)
-            _remove(self.signal_target, model, signal)
+    def forget_signals(self, model: str) -> None:
+        """Removes a target's signal series (its policy changed: some signals may be gone)."""
+        for metric in (self.signal_value, self.signal_target):
+            metric.remove_by_labels({"model": model})
+
+    def forget(self, model: str) -> None:
+        """Removes every series of a deleted target."""
+        for metric in (
+            self.desired, self.current, self.signal_value, self.signal_target, self.decisions,
+            self.scrape_errors, self.actuation_errors, self.external_changes, self.deferred,
+        ):  # fmt: skip
+            metric.remove_by_labels({"model": model})
 
     def decided(self, model: str, decision: Decision) -> None:
         self.desired.labels(model).set(decision.desired)
@@ -124,9 +141,3 @@ class Telemetry:
         if external:
             self.external_changes.labels(model).inc()
 
-
-def _remove(metric: Gauge, *labels: str) -> None:
-    try:
-        metric.remove(*labels)
-    except KeyError:
-        pass

@@ -19,6 +19,16 @@ model keeps its instances: an extra instance costs memory, a crash costs every s
 still in Triton's gRPC front end at the second read, or arriving between it and the reload, is the
 remaining window. Scale-out never waits.
 
+A reload is started, not awaited: Triton answers the load request only once the new instances are
+loaded (minutes for a large model), and a server that dies meanwhile may never answer it at all. So
+the request runs on a thread of its own, bounded by ``load_timeout``; :meth:`scale` waits for it at
+most ``load_wait`` seconds (well under the loop interval) and otherwise defers, saying that the
+reload is under way. Each later round's :meth:`observe` reads the model's config (every call bounded
+by ``timeout``) and collects the outcome: a failed reload is an
+:class:`~autoscaler.actuate.ActuationError` once; a config read that fails while a reload is pending
+abandons it (Triton stopped answering; what it has loaded shows when it answers again), so a dead
+or restarted server is noticed within a round.
+
 "Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
 several groups is refused, since which group to grow would be a guess).
 """
@@ -27,7 +37,9 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -43,10 +55,37 @@ RUNNING = "nlg_requests_running"
 IN_FLIGHT_GAUGES = (RUNNING, "nlg_requests_waiting", "nv_inference_pending_request_count")
 
 
+@dataclass
+class _Reload:
+    """One ``load`` request on its own thread; ``error`` is "" after a success."""
+
+    model: str
+    replicas: int
+    previous: int
+    done: threading.Event = field(default_factory=threading.Event)
+    error: str = ""
+
+    def run(self, url: str, body: dict[str, Any], timeout: float) -> None:
+        try:
+            with httpx.Client(timeout=timeout) as http:
+                response = http.post(url, json=body)
+            if response.status_code != 200:
+                self.error = (
+                    f"Triton refused to reload {self.model!r} with {self.replicas} instances: HTTP "
+                    f"{response.status_code} {_error(response)} (is the server in --model-control-mode=explicit?)"
+                )
+        except httpx.HTTPError as e:
+            self.error = f"reloading model {self.model!r} with {self.replicas} instances failed: {_why(e)}"
+        finally:
+            self.done.set()
+
+
 class TritonInstanceScaler:
     """Scales models of the Triton server at ``base_url`` (its HTTP port); ``target`` is the model.
 
-    ``metrics_url`` is the same server's metrics endpoint, read before a scale-in.
+    ``metrics_url`` is the same server's metrics endpoint, read before a scale-in. ``timeout`` bounds
+    each read; ``load_timeout`` a reload; ``load_wait`` (default ``timeout``) how long :meth:`scale`
+    waits for a reload before deferring.
     """
 
     def __init__(
@@ -56,20 +95,31 @@ class TritonInstanceScaler:
         timeout: float = 10.0,
         load_timeout: float = 300.0,
         confirm_idle: float = 0.25,
+        load_wait: float | None = None,
     ) -> None:
         self._base = base_url.rstrip("/")
         self._metrics_url = metrics_url
         self._confirm_idle = confirm_idle
+        self._timeout = timeout
         self._http = httpx.Client(timeout=timeout)
         self._load_timeout = load_timeout
+        self._load_wait = timeout if load_wait is None else load_wait
         self._last = LastSet()
+        self._reloads: dict[str, _Reload] = {}
 
     def _config(self, model: str) -> dict[str, Any]:
         url = f"{self._base}/v2/models/{model}/config"
         try:
             response = self._http.get(url)
         except httpx.HTTPError as e:
-            raise ActuationError(f"cannot reach Triton at {self._base}: {type(e).__name__}: {e}") from e
+            message = f"cannot reach Triton at {self._base}: {_why(e)}"
+            reload = self._reloads.pop(model, None)
+            if reload is not None:
+                message += (
+                    f"; the reload of model {model!r} to {reload.replicas} instances is abandoned "
+                    f"(what Triton has loaded shows when it answers again)"
+                )
+            raise ActuationError(message) from e
         if response.status_code != 200:
             raise ActuationError(
                 f"cannot read the config of model {model!r} ({url}): HTTP {response.status_code} "
@@ -88,8 +138,23 @@ class TritonInstanceScaler:
         group: dict[str, Any] = groups[0]
         return group
 
+    def _settle(self, model: str) -> None:
+        """Collects a finished reload: remembered on success, an error (once) on failure."""
+        reload = self._reloads.get(model)
+        if reload is None or not reload.done.is_set():
+            return
+        del self._reloads[model]
+        if reload.error:
+            raise ActuationError(reload.error)
+        self._last.remember(model, reload.replicas)
+        log.info("model %r instances %d -> %d", model, reload.previous, reload.replicas)
+
     def observe(self, target: str) -> Observed:
+        self._settle(target)
         count = int(self._group(target, self._config(target)).get("count", 1))
+        reload = self._reloads.get(target)
+        if reload is not None and count in (reload.previous, reload.replicas):
+            self._last.remember(target, count)  # the reload under way, not a person's change
         observed = self._last.check(target, count)
         if observed.external:
             log.warning(
@@ -102,6 +167,10 @@ class TritonInstanceScaler:
     def scale(self, target: str, replicas: int, expected: int) -> int:
         if replicas < 1:
             raise ActuationError(f"model {target!r}: Triton needs at least 1 instance, not {replicas}")
+        self._settle(target)
+        pending = self._reloads.get(target)
+        if pending is not None:
+            raise Deferred(f"Triton is still loading model {target!r} with {pending.replicas} instances")
         config = self._config(target)
         group = self._group(target, config)
         current = int(group.get("count", 1))
@@ -125,18 +194,17 @@ class TritonInstanceScaler:
         group["count"] = replicas
         url = f"{self._base}/v2/repository/models/{target}/load"
         body = {"parameters": {"config": json.dumps(config)}}
-        try:
-            response = self._http.post(url, json=body, timeout=self._load_timeout)
-        except httpx.HTTPError as e:
-            raise ActuationError(f"reloading model {target!r} failed: {type(e).__name__}: {e}") from e
-        if response.status_code != 200:
-            raise ActuationError(
-                f"Triton refused to reload {target!r} with {replicas} instances: HTTP "
-                f"{response.status_code} {_error(response)} (is the server in --model-control-mode=explicit?)"
-            )
-        self._last.remember(target, replicas)
-        log.info("model %r instances %d -> %d", target, current, replicas)
-        return replicas
+        reload = self._reloads[target] = _Reload(target, replicas, current)
+        threading.Thread(
+            target=reload.run, args=(url, body, self._load_timeout), name=f"triton-load-{target}", daemon=True
+        ).start()
+        if reload.done.wait(self._load_wait):
+            self._settle(target)
+            return replicas
+        raise Deferred(
+            f"Triton is loading model {target!r} with {replicas} instances (not done within "
+            f"{self._load_wait:g} s); the next rounds check on it"
+        )
 
     def _in_flight(self, model: str) -> float:
         try:
@@ -144,9 +212,9 @@ class TritonInstanceScaler:
             response.raise_for_status()
             totals = gauge_totals(response.text, model, IN_FLIGHT_GAUGES)
         except (httpx.HTTPError, ExpositionError) as e:
+            why = _why(e) if isinstance(e, httpx.HTTPError) else str(e)
             raise ActuationError(
-                f"cannot tell whether model {model!r} is idle before a scale-in ({self._metrics_url}): "
-                f"{type(e).__name__}: {e}"
+                f"cannot tell whether model {model!r} is idle before a scale-in ({self._metrics_url}): {why}"
             ) from e
         if RUNNING not in totals:
             raise ActuationError(
@@ -156,6 +224,8 @@ class TritonInstanceScaler:
         return sum(totals.values())
 
     def close(self) -> None:
+        """Forgets reloads under way (their threads end within ``load_timeout``)."""
+        self._reloads.clear()
         self._http.close()
 
 
@@ -164,3 +234,9 @@ def _error(response: httpx.Response) -> str:
         return str(response.json().get("error", ""))
     except ValueError:
         return response.text[:200]
+
+
+def _why(e: httpx.HTTPError) -> str:
+    if isinstance(e, httpx.TimeoutException):
+        return f"no answer in time ({type(e).__name__})"
+    return f"{type(e).__name__}: {e}"

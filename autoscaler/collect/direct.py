@@ -22,6 +22,7 @@ from kubernetes import client as k8s
 from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
 from autoscaler.collect.exposition import ExpositionError, parse_exposition
+from autoscaler.kube import KubeError, call
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 
@@ -57,21 +58,22 @@ class EndpointSliceTargets:
     its finished requests belong to the window). ``ready: null`` means ready, as the API documents.
     """
 
-    def __init__(self, api: k8s.DiscoveryV1Api, service: str, namespace: str, port_name: str) -> None:
+    def __init__(
+        self, api: k8s.DiscoveryV1Api, service: str, namespace: str, port_name: str, timeout: float = 5.0
+    ) -> None:
         self._api = api
+        self._timeout = timeout
         self._service = service
         self._namespace = namespace
         self._port_name = port_name
 
     def targets(self) -> dict[str, str]:
+        what = f"cannot list EndpointSlices of service {self._namespace}/{self._service}"
         try:
-            slices = self._api.list_namespaced_endpoint_slice(
-                self._namespace, label_selector=f"{SERVICE_LABEL}={self._service}"
-            )
-        except (k8s.ApiException, OSError) as e:
-            raise SourceError(
-                f"cannot list EndpointSlices of service {self._namespace}/{self._service}: {_short(e)}"
-            ) from e
+            slices = call(what, self._api.list_namespaced_endpoint_slice, self._namespace,
+                          label_selector=f"{SERVICE_LABEL}={self._service}", timeout=self._timeout)  # fmt: skip
+        except KubeError as e:
+            raise SourceError(str(e)) from e
         found: dict[str, str] = {}
         for eps in slices.items:
             # The label selector is applied here too: a server that ignores it must not leak pods in.
@@ -91,12 +93,6 @@ class EndpointSliceTargets:
                 pod = endpoint.target_ref.name if endpoint.target_ref and endpoint.target_ref.name else host
                 found[pod] = f"http://{host}:{port}/metrics"
         return found
-
-
-def _short(e: BaseException) -> str:
-    if isinstance(e, k8s.ApiException):
-        return f"HTTP {e.status} {e.reason}"
-    return str(e) or type(e).__name__
 
 
 class DirectSource:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import shutil
 import socket
@@ -20,6 +21,7 @@ from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from prometheus_client import Histogram as PromHistogram
 
 from autoscaler.aggregate import Histogram, LatencyStats, PodSample, WindowStats
+from autoscaler.kube import new_client
 
 # docs/metrics.md, "Histogram buckets (seconds)".
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
@@ -203,6 +205,10 @@ class KubeEmulator:
     def client(self) -> k8s.ApiClient:
         return k8s.ApiClient(k8s.Configuration(host=self.url))
 
+    def autoscaler_client(self, url: str | None = None) -> k8s.ApiClient:
+        """A client made the way the autoscaler makes its own (no retries, its User-Agent)."""
+        return new_client(k8s.Configuration(host=url or self.url))
+
     def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
         self.objects["apps/v1/deployments", namespace, name] = {
             "apiVersion": "apps/v1",
@@ -284,3 +290,176 @@ def wait_http(url: str, timeout: float, process: subprocess.Popen[bytes] | None 
             pass
         time.sleep(0.2)
     raise TimeoutError(f"{url} not ready in {timeout}s")
+
+
+class SilentServer:
+    """Accepts TCP connections on a loopback port and never answers: a hung server, or one whose
+    process died while an orphan still holds its socket."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port = int(self._sock.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._held: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, name="silent", daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                return
+            self._held.append(conn)
+
+    def close(self) -> None:
+        self._sock.shutdown(socket.SHUT_RDWR)  # wakes the accept() that close() alone would not
+        self._sock.close()
+        for conn in self._held:
+            conn.close()
+        self._thread.join(5)
+
+    def __enter__(self) -> SilentServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Partition:
+    """A TCP proxy to ``upstream`` (``host:port``) that a test can cut and heal.
+
+    Cut, it still accepts connections but passes no byte either way, as a network partition
+    looks to a client: calls end only by their timeouts.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        host, port = upstream.rsplit(":", 1)
+        self._upstream = (host, int(port))
+        self.cut = threading.Event()
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.url = f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+        self._conns: list[socket.socket] = []
+        self._stopped = threading.Event()
+        threading.Thread(target=self._accept, name="partition", daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                client, _ = self._sock.accept()
+                upstream = socket.create_connection(self._upstream, timeout=5)
+            except OSError:
+                continue
+            self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if not self.cut.is_set():
+                    dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        for conn in self._conns:
+            conn.close()
+
+
+class FakeTriton:
+    """Triton's model-control and metrics endpoints for one model, as a real HTTP server of the test.
+
+    ``count`` is the model's instance count. A load request waits for ``load_gate`` (set by default)
+    before it takes effect and answers; ``hang`` makes every request wait unanswered while it is set
+    (the server died and an orphan holds its socket). ``loads`` counts the load requests.
+    """
+
+    def __init__(self, model: str = "gpt2", count: int = 1) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.model, self.count, self.loads = model, count, 0
+        self.load_gate = threading.Event()
+        self.load_gate.set()
+        self.hang = threading.Event()
+        self._stopped = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _send(self, status: int, body: bytes, kind: str = "application/json") -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _wait_while_hung(self) -> bool:
+                while fake.hang.is_set():
+                    if fake._stopped.wait(0.05):
+                        return False
+                return True
+
+            def do_GET(self) -> None:
+                if not self._wait_while_hung():
+                    return
+                if self.path == f"/v2/models/{fake.model}/config":
+                    config = {"name": fake.model, "instance_group": [{"kind": "KIND_CPU", "count": fake.count}]}
+                    self._send(200, json.dumps(config).encode())
+                elif self.path == "/metrics":
+                    text = "".join(
+                        f'# TYPE {name} gauge\n{name}{{model="{fake.model}",version="1"}} 0\n'
+                        for name in ("nlg_requests_running", "nlg_requests_waiting")
+                    )
+                    self._send(200, text.encode(), "text/plain; version=0.0.4")
+                else:
+                    self._send(404, b'{"error": "not found"}')
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if not self._wait_while_hung():
+                    return
+                fake.loads += 1
+                while not fake.load_gate.wait(0.05):
+                    if fake._stopped.is_set() or fake.hang.is_set():
+                        return  # died mid-load: no answer ever comes
+                config = json.loads(body["parameters"]["config"])
+                fake.count = int(config["instance_group"][0]["count"])
+                self._send(200, b"{}")
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.metrics_url = f"{self.url}/metrics"
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-triton", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopped.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+    def __enter__(self) -> FakeTriton:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -9,6 +9,7 @@ import yaml
 from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics
 from kubernetes import client as k8s
 
+from autoscaler import __version__
 from autoscaler.actuate import ActuationError
 from autoscaler.actuate.kubernetes import DeploymentScaler
 from autoscaler.app import App
@@ -183,11 +184,15 @@ def test_losing_a_race_for_the_lease_means_not_leading(cluster):
     assert a.tick(21.0) is False  # its renewal is refused too: it must stop acting
 
 
-def test_api_errors_mean_not_leading(cluster):
+def test_api_errors_mean_not_leading_once_the_renew_deadline_passes(cluster):
     a = elector(cluster, "a")
     assert a.tick(0.0) is True
     cluster.emulator["get", kmock_leases()] << 500 << {"kind": "Status", "code": 500}
-    assert a.tick(5.0) is False
+    assert a.tick(5.0) is True  # 5 s into a 10 s renew deadline: still leading
+    assert a.tick(10.0) is False
+    b = elector(cluster, "b")
+    assert b.tick(11.0) is False  # a candidate that cannot read the Lease does not lead
+    assert "HTTP 500" in b.error
 
 
 def kmock_scale():
@@ -250,6 +255,8 @@ def test_the_service_discovers_pods_and_scales_the_deployment_through_a_kubeconf
         finally:
             app.stop()
         assert cluster.replicas("triton") == 4  # 100 ms per token against 25 ms: 1 -> 4
+        agents = {request.headers["User-Agent"] for request in cluster.emulator["patch"]}
+        assert agents == {f"nlg-autoscaler/{__version__}"}
         lease = cluster.objects["coordination.k8s.io/v1/leases", "default", "nlg-autoscaler"]
         assert "holderIdentity" not in lease["spec"]  # released on stop (merge patch with null)
     finally:

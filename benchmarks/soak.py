@@ -14,7 +14,7 @@ under it is read from /proc, with the tokens served so far and the model's KV ca
 idle for `--idle` seconds, still sampled, to show whether memory comes back.
 
 The verdict is computed from the samples: a process has plateaued when its RSS grew by less than
-`PLATEAU_BOUND` of itself over the second half of the load.
+`PLATEAU_FRACTION` of itself (at least `PLATEAU_FLOOR_MB`) over the second half of the load.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-#: Growth over the second half of the load, as a fraction of the RSS at its start, below which a
-#: process is said to have plateaued.
-PLATEAU_BOUND = 0.05
+#: A process has plateaued when its RSS grew over the second half of the load by less than this
+#: fraction of itself or `PLATEAU_FLOOR_MB`, whichever is more (the floor keeps a 50 MB server's
+#: few MB of noise from reading as growth; the fraction, a 6 GB stub's 60 MB).
+PLATEAU_FRACTION = 0.01
+PLATEAU_FLOOR_MB = 8.0
 #: Samples averaged (median) at each end of the second half, so one noisy reading does not decide.
 EDGE_SAMPLES = 3
 #: Fewest load samples in the second half for a verdict at all.
@@ -132,6 +134,7 @@ class Verdict:
     peak_mb: float
     idle_mb: float | None  # last idle sample, if any
     growth_mb: float  # over the second half
+    bound_mb: float  # growth below this is a plateau
     slope_mb_per_hour: float  # least-squares, over the second half
     plateau: bool | None  # None: too few samples to tell
 
@@ -156,7 +159,9 @@ def slope(points: list[tuple[float, float]]) -> float:
     return 0.0 if sxx == 0 else sum((x - mx) * (y - my) for x, y in points) / sxx
 
 
-def verdict(samples: list[dict[str, Any]], process: str, bound: float = PLATEAU_BOUND) -> Verdict:
+def verdict(
+    samples: list[dict[str, Any]], process: str, fraction: float = PLATEAU_FRACTION, floor_mb: float = PLATEAU_FLOOR_MB
+) -> Verdict:
     """`samples`: the results' samples (t in s, phase, rss_kb by process). The load's second half
     runs from half its duration to its last sample; growth is the median of its last `EDGE_SAMPLES`
     readings less the median of its first."""
@@ -169,6 +174,7 @@ def verdict(samples: list[dict[str, Any]], process: str, bound: float = PLATEAU_
     half_mb = _median([mb for _, mb in second[:EDGE_SAMPLES]])
     end_mb = _median([mb for _, mb in second[-EDGE_SAMPLES:]])
     growth = end_mb - half_mb
+    bound = max(fraction * half_mb, floor_mb)
     return Verdict(
         process=process,
         start_mb=load[0][1],
@@ -177,8 +183,9 @@ def verdict(samples: list[dict[str, Any]], process: str, bound: float = PLATEAU_
         peak_mb=max(mb for _, mb in load),
         idle_mb=idle[-1] if idle else None,
         growth_mb=growth,
+        bound_mb=bound,
         slope_mb_per_hour=slope(second) * 3600,
-        plateau=None if len(second) < MIN_HALF_SAMPLES else growth < bound * half_mb,
+        plateau=None if len(second) < MIN_HALF_SAMPLES else growth < bound,
     )
 
 
@@ -395,13 +402,19 @@ def kv_usage(metrics_url: str) -> float | None:
 # --- the report ----------------------------------------------------------------------------------
 
 
+def minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
+
+
 def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
     setup, m, samples = results["setup"], results["machine"], results["samples"]
     load = [s for s in samples if s["phase"] == "load"]
     served = load[-1]["tokens"] - load[0]["tokens"]
     span = load[-1]["t"] - load[0]["t"]
+    drained = next((s["t"] for s in samples if s["phase"] == "idle"), samples[-1]["t"]) - load[-1]["t"]
     verdicts = [verdict(samples, name) for name in processes(samples)]
     kv = [s["kv_usage"] for s in samples if s["kv_usage"] is not None]
+    kv_mb = results["kv_bytes_per_page"] * results["kv_pages"] / (1 << 20)
     lines = [
         "# Soak: memory under a steady 64-stream load",
         "",
@@ -411,68 +424,96 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
         "",
         f"Load: tritonserver on `model_repository/` (preset `{setup['preset']}`, CPU, "
         f"MALLOC_ARENA_MAX={setup['malloc_arena_max']}), {setup['streams']} gRPC streams in a closed loop for "
-        f"{setup['duration_s'] / 60:.0f} minutes, then idle for {setup['idle_s'] / 60:.0f} minutes after the "
-        f"streams in flight finished. Prompts of {setup['prompt_tokens'][0]}-{setup['prompt_tokens'][1]} tokens, "
-        f"{setup['output_tokens'][0]}-{setup['output_tokens'][1]} output tokens (ignore_eos), temperature 1, "
-        "top_p 0.9, a stop string on a quarter of them. "
-        f"RSS (VmRSS) sampled every {setup['interval_s']:.0f} s.",
+        f"{minutes(setup['duration_s'])}; then the streams in flight finished ({minutes(drained)}) and the server "
+        f"sat idle for {minutes(setup['idle_s'])}. Prompts of {setup['prompt_tokens'][0]}-{setup['prompt_tokens'][1]} "
+        f"tokens, {setup['output_tokens'][0]}-{setup['output_tokens'][1]} output tokens (ignore_eos), temperature 1, "
+        f"top_p 0.9, a stop string on a quarter of them. RSS (VmRSS) sampled every {setup['interval_s']:.0f} s.",
         "",
         f"Served: {served} tokens in {span / 60:.1f} minutes of load ({served / span:.1f} tokens/s), "
-        f"{results['requests_finished']} requests finished, {results['errors']} errors"
+        f"{samples[-1]['tokens']} with the drain; {results['requests_finished']} of {results['requests_sent']} "
+        f"requests finished, {results['errors']} errors"
         + (f" (first: `{results['first_error']}`)" if results["first_error"] else "")
         + ".",
         "",
-        f"Verdict: a process has plateaued when its RSS grew by less than {PLATEAU_BOUND:.0%} over the second "
-        f"half of the load (median of {EDGE_SAMPLES} samples at each end).",
+        f"Verdict: a process has plateaued when its RSS grew over the second half of the load (median of "
+        f"{EDGE_SAMPLES} samples at each end of it) by less than {PLATEAU_FRACTION:.0%} of itself or "
+        f"{PLATEAU_FLOOR_MB:.0f} MB, whichever is more.",
         "",
         "| process | start MB | half-way MB | end of load MB | peak MB | after idle MB | "
-        "growth, 2nd half | slope, 2nd half | verdict |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "growth, 2nd half | bound | slope, 2nd half | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in verdicts:
         idle = "-" if v.idle_mb is None else f"{v.idle_mb:.0f}"
         lines.append(
             f"| {v.process} | {v.start_mb:.0f} | {v.half_mb:.0f} | {v.end_mb:.0f} | {v.peak_mb:.0f} | {idle} | "
-            f"{v.growth_mb:+.0f} MB ({v.growth_mb / v.half_mb:+.1%}) | {v.slope_mb_per_hour:+.0f} MB/h | "
+            f"{v.growth_mb:+.1f} MB ({v.growth_mb / v.half_mb:+.1%}) | {v.bound_mb:.0f} MB | "
+            f"{v.slope_mb_per_hour:+.0f} MB/h | "
             f"**{v.label}** |"
         )
-    if kv:
-        kv_mb = max(kv) * results["kv_bytes_per_page"] * results["kv_pages"] / (1 << 20)
-        lines += [
-            "",
-            f"KV cache: at most {max(kv):.1%} of its pages in use at once, {kv_mb:.0f} MB. The cache is one "
-            "tensor allocated at start whose pages become resident as they are first written, and the "
-            "lowest free page is always handed out first; so the stub's RSS grows with the largest number "
-            "of tokens ever cached at once, and keeps it.",
-        ]
-    lines += ["", f"![RSS and tokens/s over the run]({figure})"]
+    lines += [
+        "",
+        f"The stub's first sample already holds the KV cache: {results['kv_pages']} pages, room for max_num_seqs "
+        f"full-context sequences, {kv_mb:.0f} MB, allocated and zero-filled when the model loads (so resident "
+        "from the start, whatever the load)."
+        + (f" At most {max(kv):.1%} of its pages were in use at once." if kv else ""),
+        "",
+        f"![RSS of each process and tokens/s over the run]({figure})",
+    ]
     return "\n".join(lines) + "\n"
 
 
+def phase_spans(samples: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
+    """Minutes from a phase's first sample to the next phase's first (or the last sample), after the load."""
+    spans: dict[str, tuple[float, float]] = {}
+    for phase, following in (("drain", "idle"), ("idle", None)):
+        starts = [s["t"] for s in samples if s["phase"] == phase]
+        if starts:
+            ends = [s["t"] for s in samples if s["phase"] == following] or [samples[-1]["t"]]
+            spans[phase] = (starts[0] / 60, ends[0] / 60)
+    return spans
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
+    """One panel per process, each on its own scale (a 50 MB server beside a 6 GB stub), and tokens/s."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     samples = results["samples"]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, height_ratios=(2, 1))
-    for name in processes(samples):
-        points = [(s["t"] / 60, s["rss_kb"][name] / 1024) for s in samples if name in s["rss_kb"]]
-        top.plot(*zip(*points, strict=True), label=name, linewidth=1.6)
-    rates = token_rates(samples)
-    bottom.plot([t / 60 for t, _ in rates], [r for _, r in rates], color="tab:green", linewidth=1.2)
+    names = processes(samples)
+    fig, axes = plt.subplots(
+        len(names) + 1, 1, figsize=(10, 2.6 * len(names) + 2.2), sharex=True, height_ratios=[2] * len(names) + [1.3]
+    )
+    spans = phase_spans(samples)
     load_end = max(s["t"] for s in samples if s["phase"] == "load") / 60
-    for axis in (top, bottom):
-        axis.axvspan(load_end, samples[-1]["t"] / 60, color="0.9", label="drain + idle" if axis is top else None)
+    for axis, name in zip(axes, names, strict=False):
+        points = [(s["t"] / 60, s["rss_kb"][name] / 1024) for s in samples if name in s["rss_kb"]]
+        axis.plot(*zip(*points, strict=True), color="tab:blue", linewidth=1.6, label="RSS")
+        v = verdict(samples, name)
+        axis.axhline(
+            v.half_mb + v.bound_mb, color="tab:red", linestyle=":", linewidth=1.2, label="half-way RSS + plateau bound"
+        )
+        axis.set_ylabel("RSS (MB)")
+        axis.set_title(f"{name}: {v.label}", loc="left", fontsize=11)
+        axis.legend(loc="lower right", fontsize=9)
+    rates = token_rates(samples)
+    tokens = axes[-1]
+    tokens.plot([t / 60 for t, _ in rates], [r for _, r in rates], color="tab:green", linewidth=1.2)
+    tokens.set_ylabel("tokens/s")
+    tokens.set_xlabel("minutes since the load began")
+    tokens.set_ylim(bottom=0)
+    for axis in axes:
+        axis.axvline(load_end / 2, color="0.5", linestyle="--", linewidth=0.8)
+        for phase, (a, b) in spans.items():
+            axis.axvspan(a, b, color="0.93" if phase == "drain" else "0.85", zorder=0)
         axis.grid(alpha=0.3)
-    top.set_ylabel("RSS (MB)")
-    top.set_ylim(bottom=0)
-    top.legend(loc="lower right")
-    top.set_title(f"{results['setup']['streams']} streams, preset {results['setup']['preset']}: resident memory")
-    bottom.set_ylabel("tokens/s")
-    bottom.set_xlabel("minutes")
-    bottom.set_ylim(bottom=0)
+    top = axes[0]
+    for phase, (a, b) in spans.items():
+        top.text((a + b) / 2, 1.02, phase, transform=top.get_xaxis_transform(), ha="center", fontsize=9)
+    top.text(load_end / 2, 1.02, "second half of the load", transform=top.get_xaxis_transform(), fontsize=9)
+    fig.suptitle(f"Soak: {results['setup']['streams']} streams, preset {results['setup']['preset']}", fontsize=13)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

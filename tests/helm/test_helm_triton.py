@@ -66,7 +66,7 @@ def test_model_settings_name_their_own_drain(render):
 
 def test_server_flags_and_ports(render):
     triton = container(triton_pod(render), "triton")
-    assert triton["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    assert triton["image"] == "nvcr.io/nvidia/tritonserver:24.10-pyt-python-py3"
     assert triton["command"] == ["tritonserver"]
     assert triton["args"][:4] == [
         "--model-repository=/models",

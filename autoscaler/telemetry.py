@@ -140,4 +140,3 @@ class Telemetry:
         self.current.labels(model).set(replicas)
         if external:
             self.external_changes.labels(model).inc()
-

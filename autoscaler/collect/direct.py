@@ -162,4 +162,3 @@ class DirectSource:
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._http.close()
-

@@ -388,13 +388,14 @@ class FakeTriton:
 
     ``count`` is the model's instance count. A load request waits for ``load_gate`` (set by default)
     before it takes effect and answers; ``hang`` makes every request wait unanswered while it is set
-    (the server died and an orphan holds its socket). ``loads`` counts the load requests.
+    (the server died and an orphan holds its socket). ``refuse`` makes a load answer 400.
+    ``loads`` counts the load requests.
     """
 
     def __init__(self, model: str = "gpt2", count: int = 1) -> None:
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        self.model, self.count, self.loads = model, count, 0
+        self.model, self.count, self.loads, self.refuse = model, count, 0, False
         self.load_gate = threading.Event()
         self.load_gate.set()
         self.hang = threading.Event()
@@ -441,6 +442,9 @@ class FakeTriton:
                 while not fake.load_gate.wait(0.05):
                     if fake._stopped.is_set() or fake.hang.is_set():
                         return  # died mid-load: no answer ever comes
+                if fake.refuse:
+                    self._send(400, b'{"error": "failed to load \'gpt2\'"}')
+                    return
                 config = json.loads(body["parameters"]["config"])
                 fake.count = int(config["instance_group"][0]["count"])
                 self._send(200, b"{}")

@@ -7,7 +7,7 @@ import logging
 import pytest
 from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics
 from kubernetes import client as k8s
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from autoscaler.actuate import Deferred, RecordingActuator
 from autoscaler.actuate.kubernetes import DeploymentScaler
@@ -187,7 +187,7 @@ def test_only_the_leader_acts(pod, cluster):
 def test_targets_registered_through_the_api_are_scaled_too(pod):
     clock = FakeClock()
     actuator = RecordingActuator(initial=1)
-    ctl, _ = controller_for(pod, actuator, clock)
+    ctl, registry = controller_for(pod, actuator, clock)
     view = ctl.register(Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000)))
     assert view["scale_target"] == "bert"
     assert {v["model_id"] for v in ctl.views()} == {"gpt2", "bert"}
@@ -197,9 +197,14 @@ def test_targets_registered_through_the_api_are_scaled_too(pod):
         ctl.unregister("gpt2")
     ctl.run_once()
     assert ctl.view("bert")["decisions"][0]["valid"] is False  # no series for bert: no data, hold
+    exposition = generate_latest(registry).decode()
+    assert 'nlg_autoscaler_decisions_total{direction="no_data",model="bert"} 1.0' in exposition
     assert ctl.unregister("bert") is True
     assert ctl.unregister("bert") is False
     assert ctl.view("bert") is None
+    exposition = generate_latest(registry).decode()
+    assert 'model="bert"' not in exposition  # every series of the deleted target is gone
+    assert 'model="gpt2"' in exposition
 
 
 def test_reloading_the_config_target_keeps_state_when_unchanged(pod):

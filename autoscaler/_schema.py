@@ -4,14 +4,20 @@ Reading (``build``) turns a mapping into a frozen dataclass, checking each field
 annotation, naming unknown keys (with a close match when there is one) and falling back to the
 default after reporting a bad value, so that every problem of a file is found in one pass. The
 checks (``positive``, ``one_of``, ...) return a list of messages, each ``<key path> = <value>: <rule>``.
+
+Reading is total: any value JSON or YAML can produce (a 400-digit integer, a 5 MB string, a list nested
+a thousand deep) becomes a message, never an exception, and a message shows at most a short,
+abbreviated form of the value (:func:`show`), so an error never echoes a large input back.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import ipaddress
 import math
 import re
+import reprlib
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +26,24 @@ from urllib.parse import urlsplit
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _MODEL_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+
+#: Longest string and list any field takes; fields with a tighter rule check it in ``validate``.
+MAX_STRING = 4096
+MAX_ITEMS = 256
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 60
+_SHORT.maxlong = 40
+_SHORT.maxlevel = 3
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxdict = 6
+
+
+def show(value: Any) -> str:
+    """``repr(value)`` abbreviated to about 60 characters, so an error never echoes a large input."""
+    try:
+        return _SHORT.repr(value)
+    except ValueError:  # an int past Python's 4300-digit str() limit
+        return "<an integer of more than 4300 digits>"
 
 
 def _join(path: str, key: str) -> str:
@@ -59,12 +83,23 @@ def _convert(
     elif hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
         if ok:
-            value = float(value)
+            try:
+                ok = math.isfinite(float(value))
+            except OverflowError:  # an int too large for a float
+                ok = False
+            if ok:
+                value = float(value)
     elif hint is str or origin is typing.Literal:
-        ok = isinstance(value, str)
+        ok = isinstance(value, str) and len(value) <= MAX_STRING
+        if isinstance(value, str) and not ok:
+            errors.append(f"{path} = {show(value)}: must be at most {MAX_STRING} characters, not {len(value)}")
+            return default
     elif origin is tuple:
+        if isinstance(value, Sequence) and not isinstance(value, str | bytes) and len(value) > MAX_ITEMS:
+            errors.append(f"{path}: {len(value)} items, at most {MAX_ITEMS} allowed")
+            return default
         if isinstance(value, Sequence) and not isinstance(value, str | bytes):
             (item_hint, _) = typing.get_args(hint)
             return tuple(
@@ -78,7 +113,7 @@ def _convert(
         raise TypeError(f"{path}: unsupported field type {hint!r}")
     if ok:
         return value
-    errors.append(f"{path} = {value!r}: must be {_describe(hint)}")
+    errors.append(f"{path} = {show(value)}: must be {_describe(hint)}")
     return default
 
 
@@ -94,13 +129,14 @@ def build(
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     if not isinstance(data, Mapping):
-        errors.append(f"{path or 'top level'} = {data!r}: must be a mapping with keys {', '.join(fields)}")
+        errors.append(f"{path or 'top level'} = {show(data)}: must be a mapping with keys {', '.join(fields)}")
         data = {}
     for key in data:
         if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1)
+            name = str(key) if isinstance(key, str) and len(key) <= 60 else show(key)
+            close = difflib.get_close_matches(name, list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"
-            errors.append(f"{_join(path, str(key))}: unknown key{hint}")
+            errors.append(f"{_join(path, name)}: unknown key{hint}")
     values: dict[str, Any] = {}
     for name, f in fields.items():
         if base is not None:
@@ -135,43 +171,67 @@ def plain(value: Any) -> Any:
     return value
 
 
-def positive(path: str, value: float) -> list[str]:
-    return [] if value > 0 else [f"{path} = {value!r}: must be greater than 0"]
+def positive(path: str, value: float, high: float) -> list[str]:
+    """``0 < value <= high``; the upper bound keeps sums and label values within reason."""
+    if 0 < value <= high:
+        return []
+    rule = "greater than 0" if value <= 0 else f"at most {high:g}"
+    return [f"{path} = {show(value)}: must be {rule}"]
 
 
-def at_least(path: str, value: float, low: float) -> list[str]:
-    return [] if value >= low else [f"{path} = {value!r}: must be >= {low}"]
+def between(path: str, value: float, low: float, high: float) -> list[str]:
+    if low <= value <= high:
+        return []
+    rule = f">= {low}" if value < low else f"at most {high:g}"
+    return [f"{path} = {show(value)}: must be {rule}"]
 
 
 def one_of(path: str, value: str, allowed: Sequence[str]) -> list[str]:
-    return [] if value in allowed else [f"{path} = {value!r}: must be one of {', '.join(allowed)}"]
+    return [] if value in allowed else [f"{path} = {show(value)}: must be one of {', '.join(allowed)}"]
 
 
 def non_empty(path: str, value: str) -> list[str]:
-    return [] if value.strip() else [f"{path} = {value!r}: must not be empty"]
+    return [] if value.strip() else [f"{path} = {show(value)}: must not be empty"]
 
 
 def port(path: str, value: int) -> list[str]:
-    return [] if 0 <= value <= 65535 else [f"{path} = {value!r}: must be a TCP port 1..65535 (0 = off)"]
+    return [] if 0 <= value <= 65535 else [f"{path} = {show(value)}: must be a TCP port 1..65535 (0 = off)"]
 
 
 def k8s_name(path: str, value: str) -> list[str]:
     if len(value) <= 253 and _K8S_NAME.match(value):
         return []
-    return [f"{path} = {value!r}: must be a Kubernetes name (lowercase letters, digits, '-', '.')"]
+    return [f"{path} = {show(value)}: must be a Kubernetes name (lowercase letters, digits, '-', '.'; at most 253)"]
+
+
+#: Longest model name: it is a label value on every ``nlg_autoscaler_*`` series.
+MAX_MODEL_NAME = 128
 
 
 def model_name(path: str, value: str) -> list[str]:
-    if _MODEL_NAME.match(value):
+    if len(value) <= MAX_MODEL_NAME and _MODEL_NAME.match(value):
         return []
-    return [f"{path} = {value!r}: must be a Triton model name (letters, digits, '_', '-', '.')"]
+    return [
+        f"{path} = {show(value)}: must be a Triton model name (letters, digits, '_', '-', '.'; "
+        f"at most {MAX_MODEL_NAME})"
+    ]
+
+
+def printable(path: str, value: str, high: int) -> list[str]:
+    if len(value) <= high and value.isprintable():
+        return []
+    return [f"{path} = {show(value)}: must be at most {high} printable characters"]
 
 
 def http_url(path: str, value: str) -> list[str]:
-    parts = urlsplit(value)
-    if parts.scheme in ("http", "https") and parts.netloc:
+    try:
+        parts = urlsplit(value)
+        ok = parts.scheme in ("http", "https") and bool(parts.netloc) and value.isprintable()
+    except ValueError:  # e.g. an unbalanced '[' in the host
+        ok = False
+    if ok:
         return []
-    return [f"{path} = {value!r}: must be an http:// or https:// URL with a host, e.g. http://prometheus:9090"]
+    return [f"{path} = {show(value)}: must be an http:// or https:// URL with a host, e.g. http://prometheus:9090"]
 
 
 def host_port(path: str, value: str) -> list[str]:
@@ -180,4 +240,14 @@ def host_port(path: str, value: str) -> list[str]:
     m = _HOST_PORT.match(value)
     if m and 0 < int(m.group(2)) <= 65535:
         return []
-    return [f"{path} = {value!r}: must be host:port (e.g. 127.0.0.1:8002) or an http:// URL"]
+    return [f"{path} = {show(value)}: must be host:port (e.g. 127.0.0.1:8002) or an http:// URL"]
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (127.0.0.0/8, ::1)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

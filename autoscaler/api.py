@@ -6,6 +6,7 @@ This module owns HTTP and nothing else; the targets live in :class:`autoscaler.l
 method     path                            does
 =========  ==============================  ==================================================
 POST       ``/deployment/``                registers a scaling target (Listing 6.1 body) -> 201
+PUT        ``/deployment/{model_id}/``     registers or replaces that model's target -> 201 or 200
 GET        ``/deployment/``                lists the targets
 GET        ``/deployment/{model_id}/``     replicas, metric values, last decisions and reasons
 DELETE     ``/deployment/{model_id}/``     stops scaling that model
@@ -13,16 +14,21 @@ GET        ``/healthz``                    liveness (no auth)
 GET        ``/openapi.json``, ``/docs``    the OpenAPI document and its browser (no auth)
 =========  ==============================  ==================================================
 
-With a token configured every ``/deployment`` call needs ``Authorization: Bearer <token>`` (401
-otherwise). A body that does not parse is a 422 whose ``detail.errors`` lists every problem, each
-naming its key (``scaler.threshold = -1.0: must be greater than 0``). The config file's target can
-be read but neither replaced nor deleted through the API (409): the file owns it.
+With a token every ``/deployment`` call needs ``Authorization: Bearer <token>`` (401 otherwise).
+Without one (the config keeps the API on loopback then) reads are open and writes are refused (403)
+unless ``auth`` is ``"none"``. A body over :data:`MAX_BODY_BYTES` is a 413; one that does not parse,
+nests deeper than :data:`MAX_DEPTH` or breaks a rule is a 422 whose ``detail.errors`` lists every
+problem, each naming its key (``scaler.threshold = -1.0: must be greater than 0``). A model already
+registered (POST), the config file's model (POST, PUT, DELETE), and a Deployment or Triton model
+another target already scales are 409s.
 """
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency annotations of the
 # handlers at runtime, and they refer to names local to create_app().
+import hashlib
+import json
 import secrets
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
 from fastapi.responses import JSONResponse
@@ -30,8 +36,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter
 
 from autoscaler import __version__
+from autoscaler._schema import show
 from autoscaler.config import ConfigError, Registration, parse_registration
 from autoscaler.loop import Controller, TargetConflict
+
+#: A Listing 6.1 body is a few hundred bytes; this leaves room for every signal and long names.
+MAX_BODY_BYTES: Final = 64 * 1024
+#: The body's deepest legitimate nesting is 4 (body, scaler, signals, a signal).
+MAX_DEPTH: Final = 8
 
 _EXAMPLE = {
     "instance_type": "g4dn.12xlarge",
@@ -53,8 +65,61 @@ def _component_schemas() -> dict[str, Any]:
     return dict(defs.get("$defs", {}))
 
 
-def create_app(controller: Controller, token: str | None = None) -> FastAPI:
-    """The API over ``controller``; ``token`` None or empty turns authentication off."""
+def _digest(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+def _depth(data: Any) -> int:
+    """How deep lists and objects nest in ``data`` (a scalar is 0), without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, level = stack.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _bad_body(message: str) -> HTTPException:
+    return HTTPException(422, {"errors": [f"body: {message}"]})
+
+
+async def _read_json(request: Request) -> Any:
+    """The body as JSON, at most :data:`MAX_BODY_BYTES` read whatever Content-Length claims."""
+    too_large = HTTPException(413, {"errors": [f"body: larger than {MAX_BODY_BYTES} bytes"]})
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and (len(declared) > 12 or int(declared) > MAX_BODY_BYTES):
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise too_large
+    try:
+        data = json.loads(body)
+    except RecursionError as e:
+        raise _bad_body(f"nested deeper than {MAX_DEPTH} levels") from e
+    except ValueError as e:  # malformed, not UTF-8, or an integer past Python's digit limit
+        raise _bad_body(f"not JSON ({str(e).split(';')[0]})") from e
+    if _depth(data) > MAX_DEPTH:
+        raise _bad_body(f"nested deeper than {MAX_DEPTH} levels")
+    return data
+
+
+def _parse(data: Any) -> Registration:
+    try:
+        return parse_registration(data)
+    except ConfigError as e:
+        raise HTTPException(422, {"errors": e.errors}) from e
+
+
+def create_app(
+    controller: Controller, token: str | None = None, *, auth: Literal["token", "none"] = "token"
+) -> FastAPI:
+    """The API over ``controller``. With ``token`` every /deployment call needs it; without one reads
+    are open and writes are refused unless ``auth`` is ``"none"`` (config.ApiSpec keeps that on loopback).
+    """
     app = FastAPI(
         title="nlg-autoscaler",
         version=__version__,
@@ -68,50 +133,87 @@ def create_app(controller: Controller, token: str | None = None) -> FastAPI:
         if not token:
             return
         given = credentials.credentials if credentials else ""
-        if not secrets.compare_digest(given.encode(), token.encode()):
+        # Digests have one length, so the comparison's time says nothing about the token's length.
+        if not secrets.compare_digest(_digest(given), _digest(token)):
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,
                 "missing or wrong bearer token: send 'Authorization: Bearer <token from api.token_file>'",
                 headers={"WWW-Authenticate": "Bearer"},
             )
 
-    auth = [Depends(authorize)]
+    def authorize_write(_: Annotated[None, Depends(authorize)]) -> None:
+        if not token and auth != "none":
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                "writes need a bearer token: set api.token_file, or api.auth: none to allow "
+                "anonymous writes (the API then listens on loopback only)",
+            )
+
+    read_auth = [Depends(authorize)]
+    write_auth = [Depends(authorize_write)]
+    body_doc = {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _body_schema(), "example": _EXAMPLE}},
+        }
+    }
+    errors_doc: dict[int | str, dict[str, Any]] = {
+        403: {"description": "no token configured and api.auth is not none"},
+        409: {"description": "the config file or another target owns this model or its Deployment"},
+        413: {"description": f"body over {MAX_BODY_BYTES} bytes"},
+        422: {"description": "bad body: every problem named in detail.errors"},
+    }
+
+    def register(registration: Registration, replace: bool) -> dict[str, Any]:
+        try:
+            return controller.register(registration, replace=replace)
+        except TargetConflict as e:
+            raise HTTPException(409, str(e)) from e
 
     @app.post(
         "/deployment/",
         status_code=status.HTTP_201_CREATED,
-        dependencies=auth,
+        dependencies=write_auth,
         summary="CREATE: register a model and its scaling policy (Listing 6.1)",
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": _body_schema(), "example": _EXAMPLE}},
-            }
-        },
-        responses={409: {"description": "the config file owns this model"}, 422: {"description": "bad body"}},
+        openapi_extra=body_doc,
+        responses=errors_doc,
     )
     async def create(request: Request) -> JSONResponse:
-        try:
-            data = await request.json()
-        except ValueError as e:
-            raise HTTPException(422, {"errors": [f"body: not JSON ({e})"]}) from e
-        try:
-            registration = parse_registration(data)
-        except ConfigError as e:
-            raise HTTPException(422, {"errors": e.errors}) from e
-        try:
-            view = controller.register(registration)
-        except TargetConflict as e:
-            raise HTTPException(409, str(e)) from e
-        return JSONResponse(view, status_code=status.HTTP_201_CREATED)
+        registration = _parse(await _read_json(request))
+        existing = controller.view(registration.model_id)
+        if existing is not None and existing["origin"] == "api":
+            model = registration.model_id
+            raise HTTPException(
+                409, f"model {model!r} is already registered: PUT /deployment/{model}/ replaces it"
+            )
+        return JSONResponse(register(registration, replace=False), status_code=status.HTTP_201_CREATED)
 
-    @app.get("/deployment/", dependencies=auth, summary="LIST: every model being scaled")
+    @app.put(
+        "/deployment/{model_id}/",
+        dependencies=write_auth,
+        summary="UPSERT: register the model, or replace its policy (201 created, 200 replaced)",
+        openapi_extra=body_doc,
+        responses={201: {"description": "registered"}, **errors_doc},
+    )
+    async def upsert(model_id: str, request: Request) -> JSONResponse:
+        data = await _read_json(request)
+        if isinstance(data, dict):
+            data.setdefault("model_id", model_id)
+        registration = _parse(data)
+        if registration.model_id != model_id:
+            detail = f"model_id = {show(registration.model_id)}: must match the path's {show(model_id)}"
+            raise HTTPException(422, {"errors": [detail]})
+        created = controller.view(model_id) is None
+        view = register(registration, replace=True)
+        return JSONResponse(view, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+    @app.get("/deployment/", dependencies=read_auth, summary="LIST: every model being scaled")
     def list_targets() -> list[dict[str, Any]]:
         return controller.views()
 
     @app.get(
         "/deployment/{model_id}/",
-        dependencies=auth,
+        dependencies=read_auth,
         summary="READ: replicas, current metric values and the last decisions with their reasons",
         responses={404: {"description": "no such model"}},
     )
@@ -119,12 +221,12 @@ def create_app(controller: Controller, token: str | None = None) -> FastAPI:
         view = controller.view(model_id)
         if view is None:
             hint = "POST /deployment/ registers one"
-            raise HTTPException(404, f"no scaling target for model {model_id!r}; {hint}")
+            raise HTTPException(404, f"no scaling target for model {show(model_id)}; {hint}")
         return view
 
     @app.delete(
         "/deployment/{model_id}/",
-        dependencies=auth,
+        dependencies=write_auth,
         summary="DELETE: stop scaling a model (its replicas stay as they are)",
         responses={404: {"description": "no such model"}, 409: {"description": "the config file owns it"}},
     )
@@ -134,7 +236,7 @@ def create_app(controller: Controller, token: str | None = None) -> FastAPI:
         except TargetConflict as e:
             raise HTTPException(409, str(e)) from e
         if not removed:
-            raise HTTPException(404, f"no scaling target for model {model_id!r}")
+            raise HTTPException(404, f"no scaling target for model {show(model_id)}")
         return {"model_id": model_id, "deleted": True}
 
     @app.get("/healthz", summary="Liveness; says whether this replica leads")

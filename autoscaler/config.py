@@ -33,6 +33,18 @@ from autoscaler import _schema as s
 PolicyType = Literal["request", "pertoken"]
 SourceKind = Literal["direct", "prometheus"]
 ActuatorKind = Literal["kubernetes", "triton", "none"]
+ApiAuth = Literal["token", "none"]
+Select = Literal["max", "min"]
+
+#: Upper bounds of every number (documented in docs/autoscaler-config.md).
+MAX_REPLICAS: Final = 1000
+MAX_PERCENT: Final = 10_000.0
+MAX_DURATION: Final = 86_400.0  # s: windows and periods
+MAX_INTERVAL: Final = 3600.0  # s: loop interval, lease duration, source timeout
+MAX_TARGET: Final = 3_600_000.0  # ms for latencies, requests for waiting_per_replica
+#: ConfigError lists at most this many problems (then says how many more).
+MAX_ERRORS: Final = 50
+MAX_FILE_BYTES: Final = 1 << 20
 
 #: Signals a scaler may combine; latencies in ms, ``waiting_per_replica`` in requests, ``kv_usage`` 0..1.
 SIGNAL_METRICS: Final[tuple[str, ...]] = (
@@ -47,26 +59,30 @@ class ConfigError(ValueError):
     """Raised with every problem found; ``errors`` holds one message per problem."""
 
     def __init__(self, errors: list[str]) -> None:
-        self.errors = list(errors)
+        more = len(errors) - MAX_ERRORS
+        self.errors = list(errors[:MAX_ERRORS]) + ([f"... and {more} more problems"] if more > 0 else [])
         super().__init__("invalid autoscaler configuration:\n  - " + "\n  - ".join(self.errors))
 
 
 @dataclass(frozen=True)
 class RateLimit:
-    """At most ``max(max_pods, max_percent% of current)`` replicas added or removed per ``period`` s.
+    """Replicas added or removed per ``period`` s: ``max_pods`` or ``max_percent``% of the replicas at
+    the period start, the larger (``select: max``) or the smaller (``select: min``) of the two.
 
-    Both limits 0 disables scaling in that direction (HPA's ``selectPolicy: Disabled``).
+    HPA's ``selectPolicy``. With ``max`` both limits 0 disables the direction; with ``min`` either does.
     """
 
     max_pods: int
     max_percent: float
     period: float
+    select: Select = "max"
 
     def validate(self, path: str) -> list[str]:
         return [
-            *s.at_least(f"{path}.max_pods", self.max_pods, 0),
-            *s.at_least(f"{path}.max_percent", self.max_percent, 0),
-            *s.positive(f"{path}.period", self.period),
+            *s.between(f"{path}.max_pods", self.max_pods, 0, MAX_REPLICAS),
+            *s.between(f"{path}.max_percent", self.max_percent, 0, MAX_PERCENT),
+            *s.positive(f"{path}.period", self.period, MAX_DURATION),
+            *s.one_of(f"{path}.select", self.select, ("max", "min")),
         ]
 
 
@@ -79,7 +95,7 @@ class Signal:
 
     def validate(self, path: str) -> list[str]:
         errors = s.one_of(f"{path}.metric", self.metric, SIGNAL_METRICS)
-        errors += s.positive(f"{path}.target", self.target)
+        errors += s.positive(f"{path}.target", self.target, MAX_TARGET)
         if self.metric == "kv_usage" and self.target > 1:
             errors.append(f"{path}.target = {self.target!r}: kv_usage is a ratio, use a value in (0, 1]")
         return errors
@@ -97,30 +113,31 @@ class ScalerSpec:
     tolerance: float = 0.1
     stabilization_window: float = 300.0
     scale_up: RateLimit = RateLimit(max_pods=4, max_percent=100.0, period=15.0)
-    scale_down: RateLimit = RateLimit(max_pods=1, max_percent=100.0, period=60.0)
+    # Removes one pod a minute: a scale-down that overshoots costs more than one that is slow.
+    scale_down: RateLimit = RateLimit(max_pods=1, max_percent=100.0, period=60.0, select="min")
     signals: tuple[Signal, ...] = ()
 
     def validate(self, path: str = "scaler") -> list[str]:
         errors = s.one_of(f"{path}.type", self.type, ("request", "pertoken"))
-        errors += s.at_least(f"{path}.min_deployment_count", self.min_deployment_count, 0)
-        errors += s.at_least(f"{path}.max_deployment_count", self.max_deployment_count, 1)
+        errors += s.between(f"{path}.min_deployment_count", self.min_deployment_count, 0, MAX_REPLICAS)
+        errors += s.between(f"{path}.max_deployment_count", self.max_deployment_count, 1, MAX_REPLICAS)
         if self.max_deployment_count < self.min_deployment_count:
             errors.append(
                 f"{path}.max_deployment_count = {self.max_deployment_count}: must be >= "
                 f"{path}.min_deployment_count ({self.min_deployment_count})"
             )
-        errors += s.positive(f"{path}.time_window", self.time_window)
-        errors += s.positive(f"{path}.threshold", self.threshold)
+        errors += s.positive(f"{path}.time_window", self.time_window, MAX_DURATION)
+        errors += s.positive(f"{path}.threshold", self.threshold, MAX_TARGET)
         if not 0 <= self.tolerance < 1:
             errors.append(f"{path}.tolerance = {self.tolerance!r}: must be in [0, 1), e.g. 0.1 for 10%")
-        errors += s.at_least(f"{path}.stabilization_window", self.stabilization_window, 0)
+        errors += s.between(f"{path}.stabilization_window", self.stabilization_window, 0, MAX_DURATION)
         errors += self.scale_up.validate(f"{path}.scale_up")
         errors += self.scale_down.validate(f"{path}.scale_down")
         seen: set[str] = set()
         for i, signal in enumerate(self.signals):
             errors += signal.validate(f"{path}.signals[{i}]")
             if signal.metric in seen:
-                errors.append(f"{path}.signals[{i}].metric = {signal.metric!r}: listed twice, keep one")
+                errors.append(f"{path}.signals[{i}].metric = {s.show(signal.metric)}: listed twice, keep one")
             seen.add(signal.metric)
         return errors
 
@@ -149,8 +166,9 @@ class SourceSpec:
         errors += s.k8s_name(f"{path}.service", self.service)
         errors += s.k8s_name(f"{path}.namespace", self.namespace)
         errors += s.non_empty(f"{path}.port_name", self.port_name)
+        errors += s.printable(f"{path}.port_name", self.port_name, 15)
         errors += s.http_url(f"{path}.prometheus_url", self.prometheus_url)
-        errors += s.positive(f"{path}.timeout", self.timeout)
+        errors += s.positive(f"{path}.timeout", self.timeout, MAX_INTERVAL)
         return errors
 
 
@@ -181,7 +199,7 @@ class LoopSpec:
     interval: float = 5.0
 
     def validate(self, path: str = "loop") -> list[str]:
-        return s.positive(f"{path}.interval", self.interval)
+        return s.positive(f"{path}.interval", self.interval, MAX_INTERVAL)
 
 
 @dataclass(frozen=True)
@@ -196,20 +214,39 @@ class LeaderElectionSpec:
     def validate(self, path: str = "leader_election") -> list[str]:
         errors = s.k8s_name(f"{path}.lease_name", self.lease_name)
         errors += s.k8s_name(f"{path}.namespace", self.namespace)
-        errors += s.positive(f"{path}.lease_duration", self.lease_duration)
+        errors += s.positive(f"{path}.lease_duration", self.lease_duration, MAX_INTERVAL)
         return errors
 
 
 @dataclass(frozen=True)
 class ApiSpec:
-    """The management REST API; ``port: 0`` turns it off; an empty ``token_file`` turns auth off."""
+    """The management REST API; ``port: 0`` turns it off.
 
-    host: str = "0.0.0.0"
+    With ``token_file`` every ``/deployment`` call needs its bearer token, on any ``host``. Without
+    one the API listens on loopback only; it answers reads, and writes only with ``auth: none``.
+    """
+
+    host: str = "127.0.0.1"
     port: int = 8080
+    auth: ApiAuth = "token"
     token_file: str = ""
 
     def validate(self, path: str = "api") -> list[str]:
-        return [*s.non_empty(f"{path}.host", self.host), *s.port(f"{path}.port", self.port)]
+        errors = [*s.non_empty(f"{path}.host", self.host), *s.printable(f"{path}.host", self.host, 253)]
+        errors += s.port(f"{path}.port", self.port)
+        errors += s.one_of(f"{path}.auth", self.auth, ("token", "none"))
+        if self.auth == "none" and self.token_file:
+            errors.append(
+                f"{path}.auth = 'none': contradicts {path}.token_file = {s.show(self.token_file)}; "
+                "remove one (auth: none without a token_file is an API open to loopback)"
+            )
+        elif self.port and not self.token_file and not s.is_loopback(self.host):
+            errors.append(
+                f"{path}.host = {s.show(self.host)}: without {path}.token_file the API listens on "
+                f"loopback only (127.0.0.1, ::1, localhost); set {path}.token_file to listen "
+                f"on {s.show(self.host)}, or {path}.port: 0 to turn the API off"
+            )
+        return errors
 
 
 @dataclass(frozen=True)
@@ -268,6 +305,8 @@ class Registration:
 
     def validate(self) -> list[str]:
         errors = [*s.model_name("model_id", self.model_id), *self.scaler.validate("scaler")]
+        errors += s.printable("instance_type", self.instance_type, 128)
+        errors += s.one_of("engine_type", self.engine_type, ("triton",))
         if self.deployment:
             errors += s.k8s_name("deployment", self.deployment)
         return errors
@@ -318,7 +357,7 @@ def parse_registration(data: Mapping[str, Any]) -> Registration:
     """Parses a Listing 6.1 body; ``model_id`` is required."""
     errors: list[str] = []
     if not isinstance(data, Mapping):
-        raise ConfigError([f"body = {data!r}: must be a JSON object with model_id and scaler"])
+        raise ConfigError([f"body = {s.show(data)}: must be a JSON object with model_id and scaler"])
     if "model_id" not in data:
         errors.append("model_id: required, the Triton model to scale (e.g. 'gpt2')")
     registration: Registration = _build(Registration, {"model_id": "", **data}, "", errors)
@@ -326,16 +365,30 @@ def parse_registration(data: Mapping[str, Any]) -> Registration:
 
 
 def load_config(path: str | os.PathLike[str]) -> AutoscalerConfig:
-    """Reads and parses a YAML file; an unreadable or malformed file is a :class:`ConfigError` too."""
+    """Reads and parses a YAML file; whatever is wrong with the file is a :class:`ConfigError` too."""
+    name = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
-        raise ConfigError([f"{os.fspath(path)}: cannot read the config file: {e.strerror or e}"]) from e
+        raise ConfigError([f"{name}: cannot read the config file: {e.strerror or e}"]) from e
+    if len(raw) > MAX_FILE_BYTES:
+        raise ConfigError([f"{name}: larger than {MAX_FILE_BYTES} bytes; a config file is a few kB"])
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad = raw[e.start : e.start + 1].hex()
+        raise ConfigError([f"{name}: not UTF-8 (byte 0x{bad} at offset {e.start}); save it as UTF-8"]) from e
+    try:
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise ConfigError([f"{os.fspath(path)}: not valid YAML: {e}"]) from e
+        raise ConfigError([f"{name}: not valid YAML: {e}"]) from e
+    except RecursionError as e:
+        raise ConfigError([f"{name}: nested too deeply to be a config file"]) from e
+    except ValueError as e:  # e.g. an integer past Python's 4300-digit limit
+        raise ConfigError([f"{name}: a value cannot be read: {e}"]) from e
     if data is not None and not isinstance(data, Mapping):
-        raise ConfigError([f"{os.fspath(path)}: top level is {type(data).__name__}, must be a mapping"])
+        raise ConfigError([f"{name}: top level is {type(data).__name__}, must be a mapping"])
     return parse_config(data)
 
 

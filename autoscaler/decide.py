@@ -16,10 +16,14 @@ The algorithm is Kubernetes HPA's, built from small named steps, each tested alo
    request latency, in ms); ``None`` means no data.
 2. :func:`proposal`: ``ceil(current * value / target)``, or ``current`` inside the tolerance.
 3. :func:`combine`: the maximum over signals with data; with some signals lacking data a scale-down
-   is refused (HPA does the same); with none, hold.
+   is refused (HPA does the same); with none, hold, and the hold counts as a proposal of the current
+   replicas, so a scale-down after a metrics outage waits a full stabilization window of data.
 4. :func:`stabilize`: a scale-down takes the highest proposal of the last ``stabilization_window`` s.
-5. :func:`rate_limit`: at most ``max(max_pods, max_percent% of the replicas at the period start)``
-   added or removed per period.
+   A replica count someone else set (``kubectl scale``) counts as a proposal when it is first seen,
+   so a manual scale-up stands for the window (HPA would undo it at the next sync).
+5. :func:`rate_limit`: per period, :func:`allowed_change` replicas added or removed: ``max_pods`` or
+   ``max_percent%`` of the replicas at the period start, the larger (``select: max``) or the
+   smaller (``select: min``).
 6. :func:`bounds`: ``min_deployment_count <= desired <= max_deployment_count``, applied even without
    data, as HPA does.
 """
@@ -59,14 +63,20 @@ class PolicyState:
     replicas: int
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
+    #: A count someone else set, seen since the last decision; the next decision records it.
+    changed_to: int | None = None
 
     @classmethod
     def initial(cls, replicas: int) -> PolicyState:
         return cls(replicas=replicas)
 
     def with_replicas(self, replicas: int) -> PolicyState:
-        """The caller observed the target at ``replicas`` (after actuation, or a manual change)."""
-        return replace(self, replicas=replicas)
+        """The caller observed the target at ``replicas``; a count other than the last one is a change
+        made by someone else (after a failed or deferred actuation the caller keeps the observed count).
+        """
+        if replicas == self.replicas:
+            return self
+        return replace(self, replicas=replicas, changed_to=replicas)
 
 
 def pertoken_policy(spec: ScalerSpec) -> Signal:
@@ -159,21 +169,33 @@ def _changed_in_period(events: tuple[tuple[float, int], ...], now: float, period
     return added, removed
 
 
+def allowed_change(start: int, limit: RateLimit) -> int:
+    """Replicas one period may add or remove from ``start``: HPA's Pods and Percent policies chosen by
+    ``select`` (HPA's ``selectPolicy``). A percentage of zero replicas counts as one of one replica.
+    """
+    by_percent = math.ceil(max(start, 1) * limit.max_percent / 100.0)
+    if limit.select == "min":
+        return min(limit.max_pods, by_percent)
+    return max(limit.max_pods, by_percent)
+
+
 def rate_limit(
     desired: int, current: int, events: tuple[tuple[float, int], ...], now: float,
     up: RateLimit, down: RateLimit,
 ) -> int:  # fmt: skip
-    """HPA's behavior policies with ``selectPolicy: Max``, counted from the replicas at the period start."""
+    """HPA's behavior policies: what a period allows, less what it already added (or removed).
+
+    Only changes in the same direction count, so a scale-up just made never lets a scale-down remove
+    more than its own limit (HPA counts both from the period start: 4 -> 8 then 8 -> 3 with one pod).
+    """
     if desired > current:
-        added, removed = _changed_in_period(events, now, up.period)
-        start = current - added + removed
-        limit = max(start + up.max_pods, math.ceil(start * (1 + up.max_percent / 100.0)))
-        return min(desired, max(limit, current))
+        added, _ = _changed_in_period(events, now, up.period)
+        left = allowed_change(current - added, up) - added
+        return min(desired, current + max(left, 0))
     if desired < current:
-        added, removed = _changed_in_period(events, now, down.period)
-        start = current - added + removed
-        limit = min(start - down.max_pods, math.floor(start * (1 - down.max_percent / 100.0)))
-        return max(desired, min(limit, current))
+        _, removed = _changed_in_period(events, now, down.period)
+        left = allowed_change(current + removed, down) - removed
+        return max(desired, current - max(left, 0))
     return desired
 
 
@@ -205,17 +227,24 @@ def decide(
         calm = calm and abs(value / signal.target - 1.0) <= spec.tolerance
         notes.append(f"{signal.metric} {_fmt(value)} vs target {_fmt(signal.target)}")
     combined, why = combine(proposals, current)
+    history = state.proposals
+    if state.changed_to is not None:
+        history += ((now, state.changed_to),)
     if combined is None:
         held = bounds(current, spec)
         reason = f"{why}; holding {current} replicas"
         if held != current:
             reason = f"{why}; {current} replicas outside [{spec.min_deployment_count}, "
             reason += f"{spec.max_deployment_count}], moving to {held}"
-        return Decision(held, current, held != current, reason, values), state
-    stabilized, kept = stabilize(state.proposals, combined, current, now, spec.stabilization_window)
+        _, kept = stabilize(history, current, current, now, spec.stabilization_window)
+        new_state = replace(state, replicas=held, proposals=kept, changed_to=None)
+        return Decision(held, current, held != current, reason, values), new_state
+    stabilized, kept = stabilize(history, combined, current, now, spec.stabilization_window)
     limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
     desired = bounds(limited, spec)
     steps = [why]
+    if state.changed_to is not None:
+        steps.append(f"{state.changed_to}, set by someone else, counts as a proposal")
     if stabilized != combined:
         window_s = _fmt(spec.stabilization_window)
         steps.append(f"scale-down held at {stabilized} by the {window_s} s stabilization window")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from autoscaler_testkit import FakeClock
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from autoscaler.actuate import RecordingActuator
-from autoscaler.api import create_app
+from autoscaler.api import MAX_BODY_BYTES, MAX_DEPTH, create_app
 from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.config import ScalerSpec
 from autoscaler.loop import Controller
@@ -63,10 +65,39 @@ def test_create_read_list_delete(api, controller):
     assert api.delete("/deployment/gpt2-xl/", headers=AUTH).status_code == 404
 
 
-def test_registering_again_replaces_the_policy(api):
-    api.post("/deployment/", json=BODY, headers=AUTH)
+def test_posting_a_registered_model_again_is_a_conflict_and_put_replaces_it(api):
+    assert api.post("/deployment/", json=BODY, headers=AUTH).status_code == 201
     body = {**BODY, "scaler": {**BODY["scaler"], "threshold": 30}}
-    assert api.post("/deployment/", json=body, headers=AUTH).json()["scaler"]["threshold"] == 30
+    again = api.post("/deployment/", json=body, headers=AUTH)
+    assert again.status_code == 409
+    assert again.json()["detail"] == "model 'gpt2-xl' is already registered: PUT /deployment/gpt2-xl/ replaces it"
+    assert api.get("/deployment/gpt2-xl/", headers=AUTH).json()["scaler"]["threshold"] == 25
+    replaced = api.put("/deployment/gpt2-xl/", json=body, headers=AUTH)
+    assert replaced.status_code == 200
+    assert replaced.json()["scaler"]["threshold"] == 30
+    created = api.put("/deployment/bert/", json={"scaler": {"threshold": 40}}, headers=AUTH)
+    assert created.status_code == 201, created.text
+    assert created.json()["model_id"] == "bert" and created.json()["scaler"]["threshold"] == 40
+    mismatch = api.put("/deployment/bert/", json=BODY, headers=AUTH)
+    assert mismatch.status_code == 422
+    assert mismatch.json()["detail"]["errors"] == ["model_id = 'gpt2-xl': must match the path's 'bert'"]
+    assert api.put("/deployment/gpt2/", json={}, headers=AUTH).status_code == 409  # the config file's
+
+
+@pytest.mark.parametrize(
+    ("body", "holder"),
+    [({"model_id": "bert", "deployment": "gpt2"}, "'gpt2' is already scaled for model 'gpt2' (config)"),
+     ({"model_id": "gpt2-xl"}, "'gpt2-xl' is already scaled for model 'other' (api)")],
+    ids=["config-target", "api-target"],
+)  # fmt: skip
+def test_a_deployment_scaled_by_another_target_is_refused(api, body, holder):
+    """Reported: a second target on the Triton Deployment flipped its replicas 3 -> 1 -> 3 each round."""
+    assert api.post("/deployment/", json={"model_id": "other", "deployment": "gpt2-xl"}, headers=AUTH).is_success
+    response = api.post("/deployment/", json=body, headers=AUTH)
+    assert response.status_code == 409
+    assert response.json()["detail"].startswith(holder)
+    assert api.get(f"/deployment/{body['model_id']}/", headers=AUTH).status_code in (404, 200)
+    assert {v["model_id"] for v in api.get("/deployment/", headers=AUTH).json()} == {"gpt2", "other"}
 
 
 @pytest.mark.parametrize(
@@ -82,9 +113,32 @@ def test_bearer_token_is_required(api, headers, status):
         assert "api.token_file" in response.json()["detail"]
 
 
-def test_no_token_means_no_auth(controller):
+@pytest.mark.parametrize("method", ["post", "delete"])
+def test_writes_need_the_token(api, method):
+    """Reported: an anonymous POST got 201 and an anonymous DELETE removed a target."""
+    assert api.post("/deployment/", json=BODY, headers=AUTH).status_code == 201
+    if method == "post":
+        response = api.post("/deployment/", json={**BODY, "model_id": "bert"})
+    else:
+        response = api.delete("/deployment/gpt2-xl/", headers={"Authorization": "Bearer s3cret-tokeN"})
+    assert response.status_code == 401
+    assert {v["model_id"] for v in api.get("/deployment/", headers=AUTH).json()} == {"gpt2", "gpt2-xl"}
+
+
+def test_without_a_token_reads_are_open_and_writes_refused(controller):
     with TestClient(create_app(controller, None)) as client:
         assert client.get("/deployment/").status_code == 200
+        for response in (client.post("/deployment/", json=BODY), client.put("/deployment/x/", json={}),
+                         client.delete("/deployment/gpt2/")):  # fmt: skip
+            assert response.status_code == 403
+            assert "set api.token_file, or api.auth: none" in response.json()["detail"]
+        assert client.get("/deployment/").json()[0]["model_id"] == "gpt2"
+
+
+def test_auth_none_allows_anonymous_writes(controller):
+    with TestClient(create_app(controller, None, auth="none")) as client:
+        assert client.post("/deployment/", json=BODY).status_code == 201
+        assert client.delete("/deployment/gpt2-xl/").status_code == 200
 
 
 def test_every_body_error_is_named(api):
@@ -108,6 +162,63 @@ def test_non_object_bodies(api, content, match):
     response = api.post("/deployment/", content=content, headers={**AUTH, "Content-Type": "application/json"})
     assert response.status_code == 422
     assert match in response.json()["detail"]["errors"][0]
+
+
+def nested(depth: int) -> str:
+    return '{"model_id": "x", "scaler": {"signals": ' + "[" * (depth - 2) + "]" * (depth - 2) + "}}"
+
+
+ODD_BODIES = [
+    (json.dumps({**BODY, "scaler": {"max_deployment_count": 10**400}}), 422,
+     "scaler.max_deployment_count = 1000000000"),
+    (json.dumps({**BODY, "scaler": {"threshold": 10**400}}), 422, "scaler.threshold = 1000000000"),
+    (json.dumps({**BODY, "scaler": {"threshold": 1e308 * 10}}), 422, "scaler.threshold = inf: must be a finite"),
+    ('{"model_id": "x", "scaler": {"threshold": NaN}}', 422, "scaler.threshold = nan: must be a finite"),
+    ('{"model_id": ' + "9" * 5000 + "}", 422, "body: not JSON (Exceeds the limit (4300 digits)"),
+    (json.dumps({**BODY, "model_id": "m" * 10_000}), 422, "model_id = 'mmmmmmmmmmmmmmmmmmmmmmmmmmm...mmmm"),
+    (json.dumps({**BODY, "instance_type": "i" * 60_000}), 422, "instance_type = 'iiiiiiiiiiiiiiiiiiiiiiiiiii...iii"),
+    (json.dumps({**BODY, "instance_type": "i" * 5_000_000}), 413, f"body: larger than {MAX_BODY_BYTES} bytes"),
+    (nested(MAX_DEPTH + 1), 422, f"body: nested deeper than {MAX_DEPTH} levels"),
+    ("[" * 50_000 + "]" * 50_000, 413, "body: larger than"),
+    ("[" * 30_000 + "]" * 30_000, 422, f"body: nested deeper than {MAX_DEPTH} levels"),
+    (json.dumps({"model_id": "x", **{f"k{i}": 1 for i in range(5000)}}), 422, "k0: unknown key"),
+    (b'{"model_id": "gpt\xff"}'.decode("unicode_escape").encode("latin-1"), 422, "body: not JSON"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("content", "status", "message"),
+    ODD_BODIES,
+    ids=["count-10e400", "threshold-10e400", "threshold-inf", "nan", "5000-digits", "model-id-10k",
+         "field-60k", "field-5mb", "nesting-9", "nesting-50k", "nesting-30k", "many-keys", "not-utf-8"],
+)  # fmt: skip
+def test_odd_bodies_are_refused_with_a_named_error_never_a_500(api, content, status, message):
+    """Reported: 500s for 10**400 and deep nesting; a 10,000-character model_id and a 5 MB field stored."""
+    for method, path in (("POST", "/deployment/"), ("PUT", "/deployment/x/")):
+        response = api.request(method, path, content=content, headers={**AUTH, "Content-Type": "application/json"})
+        assert response.status_code == status, response.text[:300]
+        errors = response.json()["detail"]["errors"]
+        assert errors[0].startswith(message) or message in errors[0], errors
+        assert len(response.content) < 8000  # at most 50 short messages
+    assert [v["model_id"] for v in api.get("/deployment/", headers=AUTH).json()] == ["gpt2"]
+
+
+def test_the_size_limit_holds_whatever_content_length_says(api):
+    def chunks():
+        for _ in range(100):
+            yield b" " * 1024  # no Content-Length: sent chunked
+
+    response = api.post("/deployment/", content=chunks(), headers={**AUTH, "Content-Type": "application/json"})
+    assert response.status_code == 413
+    small = json.dumps(BODY).encode()
+    assert len(small) < MAX_BODY_BYTES
+    assert api.post("/deployment/", content=small, headers=AUTH).status_code == 201
+
+
+def test_a_long_model_id_in_the_path_is_not_echoed(api):
+    response = api.get("/deployment/" + "m" * 10_000 + "/", headers=AUTH)
+    assert response.status_code == 404
+    assert len(response.text) < 300
 
 
 def test_the_config_file_target_is_read_only(api):

@@ -57,7 +57,8 @@ def test_round_trip_through_plain_data():
 
 def test_partial_rate_limit_keeps_the_other_defaults():
     spec = parse_scaler({"scale_down": {"period": 30}})
-    assert spec.scale_down == RateLimit(max_pods=1, max_percent=100.0, period=30.0)
+    assert spec.scale_down == RateLimit(max_pods=1, max_percent=100.0, period=30.0, select="min")
+    assert parse_scaler({"scale_up": {"max_pods": 2}}).scale_up.select == "max"
 
 
 def test_listing_6_1_body():
@@ -74,6 +75,8 @@ def test_listing_6_1_body():
     assert registration.scaler == ScalerSpec()
 
 
+LONG_M = "'" + "m" * 27 + "..." + "m" * 28 + "'"  # a long value, abbreviated
+NINES = "9" * 18 + "..." + "9" * 19
 BAD = [
     ({"scaler": {"threshold": -1}}, "scaler.threshold = -1.0: must be greater than 0"),
     ({"scaler": {"threshold": math.nan}}, "scaler.threshold = nan: must be a finite number"),
@@ -118,6 +121,31 @@ BAD = [
     ({"loop": {"interval": -1}}, "loop.interval = -1.0: must be greater than 0"),
     ({"leader_election": {"enabled": "yes"}}, "leader_election.enabled = 'yes': must be true or false"),
     ({"api": {"port": 70000}}, "api.port = 70000: must be a TCP port"),
+    ({"api": {"host": "0.0.0.0"}},
+     "api.host = '0.0.0.0': without api.token_file the API listens on loopback only"),
+    ({"api": {"host": "10.0.0.5", "auth": "none"}},
+     "api.host = '10.0.0.5': without api.token_file the API listens on loopback only"),
+    ({"api": {"auth": "none", "token_file": "/t"}}, "api.auth = 'none': contradicts api.token_file = '/t'"),
+    ({"api": {"auth": "off"}}, "api.auth = 'off': must be one of token, none"),
+    ({"scaler": {"threshold": 10**400}}, "scaler.threshold = 1000000000"),
+    ({"scaler": {"max_deployment_count": 10**400}},
+     "scaler.max_deployment_count = 1000000000"),
+    ({"scaler": {"max_deployment_count": 1001}}, "scaler.max_deployment_count = 1001: must be at most 1000"),
+    ({"scaler": {"threshold": 3_600_001}}, "scaler.threshold = 3600001.0: must be at most 3.6e+06"),
+    ({"scaler": {"time_window": 1e300}}, "scaler.time_window = 1e+300: must be at most 86400"),
+    ({"scaler": {"scale_down": {"select": "median"}}},
+     "scaler.scale_down.select = 'median': must be one of max, min"),
+    ({"scaler": {"scale_up": {"max_percent": 1e6}}}, "scaler.scale_up.max_percent = 1000000.0: must be at most"),
+    ({"scaler": {"signals": [{"metric": "itl_p99", "target": 1e9}]}},
+     "scaler.signals[0].target = 1000000000.0: must be at most"),
+    ({"scaler": {"signals": [{"metric": "itl_p99", "target": 1}] * 257}},
+     "scaler.signals: 257 items, at most 256 allowed"),
+    ({"model_id": "m" * 129}, f"model_id = {LONG_M}: must be a Triton model name"),
+    ({"model_id": "m" * 10_000}, f"model_id = {LONG_M}: must be at most 4096"),
+    ({"loop": {"interval": 4000}}, "loop.interval = 4000.0: must be at most 3600"),
+    ({"source": {"port_name": "a-very-long-port-name"}},
+     "source.port_name = 'a-very-long-port-name': must be at most 15"),
+    ({"source": {"prometheus_url": "http://[::1"}}, "source.prometheus_url = 'http://[::1': must be an"),
     ({"metrics": {"port": "9100"}}, "metrics.port = '9100': must be an integer"),
     ({"extra": 1}, "extra: unknown key; known keys: model_id, scaler"),
     ({"scaler": []}, "scaler = []: must be a mapping"),
@@ -194,3 +222,85 @@ def test_lease_must_outlive_the_loop_interval():
         "leader_election.lease_duration = 5.0: must be greater than loop.interval (5.0), "
         "or the lease expires between renewals"
     ]
+
+
+def test_registration_fields_are_bounded():
+    body = {"model_id": "gpt2", "instance_type": "x" * 129, "engine_type": "vllm"}
+    with pytest.raises(ConfigError) as caught:
+        parse_registration(body)
+    assert caught.value.errors == [
+        "instance_type = 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx': must be at most 128 "
+        "printable characters",
+        "engine_type = 'vllm': must be one of triton",
+    ]
+
+
+def test_a_large_value_is_never_echoed_whole():
+    huge = "x" * 5_000_000
+    with pytest.raises(ConfigError) as caught:
+        parse_registration({"model_id": huge, "instance_type": huge, huge: 1, "scaler": {"signals": [[[huge]]]}})
+    assert len(caught.value.errors) == 6, caught.value.errors
+    assert all(len(e) < 300 for e in caught.value.errors), [len(e) for e in caught.value.errors]
+
+
+def test_at_most_fifty_problems_are_listed():
+    with pytest.raises(ConfigError) as caught:
+        parse_config({f"key{i}": i for i in range(300)})
+    assert len(caught.value.errors) == 51
+    assert caught.value.errors[-1] == "... and 250 more problems"
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"scaler:\n  threshold: " + b"9" * 400 + b"\n", f"scaler.threshold = {NINES}: must be a finite"),
+        (b"scaler:\n  threshold: 1.0e+400\n", "scaler.threshold = inf: must be a finite number"),
+        (b"scaler:\n  threshold: .nan\n", "scaler.threshold = nan: must be a finite number"),
+        (b"scaler:\n  min_deployment_count: " + b"9" * 5000 + b"\n", "a value cannot be read: Exceeds the limit"),
+        (b"model_id: gpt\xff2\n", "not UTF-8 (byte 0xff at offset 13); save it as UTF-8"),
+        (b"scaler: " + b"[" * 1500 + b"]" * 1500 + b"\n", "nested too deeply"),
+        (b"# " + b"x" * (1 << 20) + b"\n", "larger than 1048576 bytes"),
+    ],
+    ids=["400-digit-float", "overflowing-float", "nan", "5000-digit-int", "not-utf-8", "deep-nesting", "huge"],
+)  # fmt: skip
+def test_load_config_refuses_every_odd_file(tmp_path, content, message):
+    path = tmp_path / "autoscaler.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert any(message in e for e in caught.value.errors), caught.value.errors
+
+
+def test_check_reports_odd_files_with_exit_status_2(tmp_path, capsys):
+    from autoscaler.cli import main
+
+    path = tmp_path / "autoscaler.yaml"
+    path.write_bytes(b"model_id: gpt\xff2\nscaler:\n  threshold: " + b"9" * 400 + b"\n")
+    assert main(["--config", str(path), "--check"]) == 2
+    assert "not UTF-8" in capsys.readouterr().err
+    path.write_bytes(b"scaler:\n  threshold: " + b"9" * 400 + b"\n")
+    assert main(["--config", str(path), "--check"]) == 2
+    assert f"scaler.threshold = {NINES}: must be a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"model_id: gpt\xff2\n", b"scaler:\n  threshold: " + b"9" * 400 + b"\n", b"scaler: " + b"[" * 1500 + b"\n",
+     b"api:\n  host: 0.0.0.0\n"],
+    ids=["not-utf-8", "400-digits", "deep-nesting", "open-api-without-token"],
+)  # fmt: skip
+def test_a_bad_reload_is_refused_and_the_running_config_kept(tmp_path, content):
+    from autoscaler.reload import ConfigWatcher
+
+    path = tmp_path / "autoscaler.yaml"
+    path.write_text("scaler:\n  threshold: 30\n")
+    watcher = ConfigWatcher(path)
+    running = watcher.load()
+    path.write_bytes(content)
+    assert watcher.poll() is None
+    assert watcher.current == running
+    assert watcher.last_error
+    path.write_text("scaler:\n  threshold: 40\n")  # fixed: applied
+    fixed = watcher.poll()
+    assert fixed is not None and fixed.scaler.threshold == 40.0
+    assert watcher.last_error is None

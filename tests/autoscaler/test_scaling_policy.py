@@ -13,6 +13,7 @@ from autoscaler.config import RateLimit, ScalerSpec, Signal
 from autoscaler.decide import (
     Decision,
     PolicyState,
+    allowed_change,
     bounds,
     combine,
     decide,
@@ -64,13 +65,36 @@ def test_hold_inside_tolerance():
     expect_scale(scaler, 30, window(pertoken_ms=28), want=12)  # ratio 1.12: ceil(11.2)
 
 
-def test_scale_down_waits_for_the_stabilization_window():
+def test_scale_down_waits_for_the_stabilization_window_then_removes_one_pod_a_minute():
     scaler = Scaler(SPEC, replicas=4)
     expect_scale(scaler, 0, window(pertoken_ms=25), want=4)
     for t in range(5, 300, 5):  # load fell: proposals of 1, held by the proposal of 4 at t=0
         decision = expect_scale(scaler, t, window(pertoken_ms=5), want=4)
     assert "stabilization window" in decision.reason
-    expect_scale(scaler, 300, window(pertoken_ms=5), want=1)
+    # The defaults' scale_down {max_pods: 1, max_percent: 100, select: min}: one pod per 60 s.
+    decision = expect_scale(scaler, 300, window(pertoken_ms=5), want=3)
+    assert "rate limit allows 3" in decision.reason
+    for t in range(305, 360, 5):
+        expect_scale(scaler, t, window(pertoken_ms=5), want=3)
+    expect_scale(scaler, 360, window(pertoken_ms=5), want=2)
+    expect_scale(scaler, 420, window(pertoken_ms=5), want=1)
+
+
+def test_select_max_removes_the_larger_of_pods_and_percent():
+    """HPA's selectPolicy: Max, asked for explicitly: 100% of 4 is larger than 1 pod."""
+    spec = replace(SPEC, stabilization_window=0, scale_down=RateLimit(1, 100, 60, select="max"))
+    expect_scale(Scaler(spec, replicas=4), 0, window(pertoken_ms=5), want=1)
+
+
+def test_scale_down_after_a_metrics_outage_waits_a_window_of_data():
+    """Reported: 4 -> 1 in the round the metrics came back. Rounds without data count as holding."""
+    scaler = Scaler(replace(SPEC, stabilization_window=60), replicas=4)
+    expect_scale(scaler, 0, window(pertoken_ms=25), want=4)
+    for t in range(5, 600, 5):  # a long outage: the proposal of 4 at t=0 is long out of the window
+        expect_scale(scaler, t, NO_DATA, want=4)
+    for t in range(600, 655, 5):  # data again, load low: held by the no-data rounds until t=655
+        expect_scale(scaler, t, window(pertoken_ms=5), want=4)
+    expect_scale(scaler, 655, window(pertoken_ms=5), want=3)
 
 
 def test_stabilized_scale_down_is_rate_limited_one_pod_a_minute():
@@ -100,8 +124,10 @@ def test_idle_pods_scale_in_to_min_after_stabilization():
     scaler = Scaler(replace(SPEC, min_deployment_count=1, stabilization_window=60), replicas=3)
     expect_scale(scaler, 0, window(pertoken_ms=25), want=3)
     expect_scale(scaler, 30, IDLE, want=3)
-    decision = expect_scale(scaler, 60, IDLE, want=1)
+    decision = expect_scale(scaler, 60, IDLE, want=2)
     assert decision.values == {"pertoken_mean": 0.0}
+    expect_scale(scaler, 115, IDLE, want=2)
+    expect_scale(scaler, 120, IDLE, want=1)
 
 
 def test_bounds():
@@ -166,7 +192,7 @@ def test_scale_down_refused_while_a_signal_has_no_data():
     decision = expect_scale(scaler, 0, window(pertoken_ms=5), want=4)
     assert "no data for kv_usage" in decision.reason
     expect_scale(scaler, 5, window(pertoken_ms=50), want=8)  # scaling up on the others still works
-    expect_scale(scaler, 10, window(pertoken_ms=5, kv_usage=0.1), want=2)  # max_percent 100: all at once
+    expect_scale(scaler, 10, window(pertoken_ms=5, kv_usage=0.1), want=7)  # one pod per period
 
 
 def test_kv_usage_is_a_utilization():
@@ -181,6 +207,30 @@ def test_manual_change_is_taken_as_the_new_current():
     scaler.state = scaler.state.with_replicas(5)  # a person scaled the Deployment
     decision = expect_scale(scaler, 5, window(pertoken_ms=25), want=5)
     assert decision.current == 5
+
+
+def test_manual_scale_up_stands_for_the_stabilization_window():
+    """Reported: a manual 1 -> 3 was undone in the next round. It now counts as a proposal."""
+    scaler = Scaler(replace(SPEC, stabilization_window=120), replicas=1)
+    for t in range(0, 200, 5):  # idle for long: every proposal in the window is 1
+        expect_scale(scaler, t, IDLE, want=1)
+    scaler.state = scaler.state.with_replicas(3)  # kubectl scale --replicas=3, seen at t=200
+    decision = expect_scale(scaler, 200, IDLE, want=3)
+    assert "3, set by someone else, counts as a proposal" in decision.reason
+    for t in range(205, 320, 5):
+        expect_scale(scaler, t, IDLE, want=3)
+    expect_scale(scaler, 320, IDLE, want=2)  # the window has passed: one pod a minute from here
+    expect_scale(scaler, 375, IDLE, want=2)
+    expect_scale(scaler, 380, IDLE, want=1)
+
+
+def test_observing_the_count_the_policy_chose_is_not_a_manual_change():
+    scaler = Scaler(replace(SPEC, stabilization_window=0), replicas=1)
+    expect_scale(scaler, 0, window(pertoken_ms=50), want=2)
+    scaler.state = scaler.state.with_replicas(2)  # the actuator did what was decided
+    assert scaler.state.changed_to is None
+    decision = expect_scale(scaler, 5, IDLE, want=1)
+    assert "someone else" not in decision.reason
 
 
 @pytest.mark.parametrize(
@@ -258,6 +308,33 @@ def test_rate_limit(desired, current, events, want):
     up = RateLimit(max_pods=4, max_percent=100, period=15)
     down = RateLimit(max_pods=1, max_percent=100, period=60)
     assert rate_limit(desired, current, events, 100.0, up, down) == want
+
+
+@pytest.mark.parametrize(
+    ("start", "limit", "want"),
+    [
+        (4, RateLimit(1, 100, 60, select="max"), 4),
+        (4, RateLimit(1, 100, 60, select="min"), 1),
+        (10, RateLimit(4, 20, 60, select="min"), 2),
+        (10, RateLimit(1, 50, 60, select="max"), 5),
+        (3, RateLimit(0, 0, 60, select="max"), 0),
+        (3, RateLimit(0, 100, 60, select="min"), 0),
+        (0, RateLimit(4, 100, 15, select="min"), 1),
+        (3, RateLimit(5, 10, 60, select="max"), 5),
+    ],
+    ids=["max-percent-wins", "min-pods-wins", "min-percent-wins", "max-percent-of-10", "max-both-zero",
+         "min-one-zero", "percent-of-zero-is-of-one", "percent-rounds-up"],
+)  # fmt: skip
+def test_allowed_change(start, limit, want):
+    assert allowed_change(start, limit) == want
+
+
+def test_rate_limit_select_min_counts_from_the_period_start():
+    down = RateLimit(max_pods=2, max_percent=50, period=60, select="min")
+    up = RateLimit(max_pods=4, max_percent=100, period=15)
+    assert rate_limit(1, 10, (), 100.0, up, down) == 8  # min(2 pods, 5) from 10
+    assert rate_limit(1, 8, ((70.0, -2),), 100.0, up, down) == 8  # 2 of 2 used since t=40
+    assert rate_limit(1, 8, ((30.0, -2),), 100.0, up, down) == 6  # that period is over
 
 
 @pytest.mark.parametrize(("desired", "want"), [(0, 1), (1, 1), (4, 4), (9, 8)])

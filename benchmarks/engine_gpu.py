@@ -384,12 +384,15 @@ SHAPE_NAMES = {0: "attn.c_attn (+ add, ln_1)", 1: "attn.c_proj", 2: "mlp.c_fc (+
 def tuning_tables(tuning: dict[str, Any], roof: Roofline) -> list[str]:
     """Our streaming projection against cuBLAS on the same shapes, and the attention split, per rows."""
     shapes = list(dict.fromkeys((r["n"], r["k"]) for r in tuning["linear"]))
+    all_timed = sum(len(r["all"]) for r in tuning["linear"])
+    split_timed = sum(c.get("split", 1) > 1 for r in tuning["linear"] for _, c in r["all"])
     lines = [
         "## Kernels against cuBLAS (`benchmarks/tune_gpu_kernels.py`)",
         "",
         "Each figure: one call's median time in a CUDA graph of 12 calls over distinct weight copies "
         "(weights from HBM, not L2); cuBLAS includes the add + LayerNorm kernel where the step fuses it into ours. "
-        "Fraction: the weights' bytes over the time, of the measured bandwidth.",
+        "Fraction: the weights' bytes over the time, of the measured bandwidth. "
+        f"Candidates with a split reduction (split-K) among those timed: {split_timed} of {all_timed}.",
         "",
         "| projection [out x in] | rows | cuBLAS us | of bandwidth | best of ours us | of bandwidth | ours |",
         "|---|---|---|---|---|---|---|",

@@ -29,14 +29,14 @@ from typing import Any
 import torch
 
 from triton_backend.engine import Engine
+from triton_backend.engine_factory import engine_on
 from triton_backend.host_memory import keep_freed_memory
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.metrics import Observations, RequestTracker
 from triton_backend.presets import build_model
-from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.runner import cache_shape
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import token_bytes
 
 CPU = torch.device("cpu")
 
@@ -99,11 +99,8 @@ def run_own(
     shape = cache_shape(model)
     budget = shape.bytes_per_page * shape.pages_for(prompt + output) * streams
     cache = PagedKVCache(shape, max(pages_for_budget(shape, budget, 0), shape.pages_per_sequence), CPU)
-    engine = Engine(
-        GPT2Runner(model, cache, pack_cpu=pack_cpu),
-        token_bytes(),
-        SchedulerConfig(max_num_seqs=max(streams, 1)),
-        time.perf_counter,
+    engine = engine_on(
+        model, cache, max(streams, 1), SchedulerConfig().prefill_chunk_tokens, time.perf_counter, pack_cpu=pack_cpu
     )
     seen, elapsed = drive(engine, streams, prompt, output, sampling=sampling)
     return summary(
@@ -270,8 +267,11 @@ def ratios(
     for label, other, goal in (
         (f"ours at {at} streams / hf `generate` one request at a time", rate.get(("hf-sequential", 1)), "goal >= 5x"),
         (f"ours at {at} streams / ours with MKL addmm projections", rate.get(("own-addmm", at)), "the path kept"),
-        (f"ours at {at} streams, greedy / the same sampling (temperature 1, top_p 0.9)",
-         rate.get(("own-sampled", at)), "what sampling costs"),
+        (
+            f"ours at {at} streams, greedy / the same sampling (temperature 1, top_p 0.9)",
+            rate.get(("own-sampled", at)),
+            "what sampling costs",
+        ),
         (f"ours at {at} streams / transformers continuous batching", rate.get(("hf-continuous", at)), ""),
     ):
         if other:

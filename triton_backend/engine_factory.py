@@ -11,9 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+from transformers import GPT2LMHeadModel
 
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
+from triton_backend.length_predictor import LengthPredictor
 from triton_backend.presets import ModelInfo, build_model, parse_dtype
 from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.scheduler import SchedulerConfig
@@ -44,13 +46,34 @@ def build_engine(
     full_context = shape.bytes_per_page * shape.pages_per_sequence
     budget = settings.kv_cache_bytes or full_context * settings.max_num_seqs
     cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
-    graphs = settings.cuda_graphs
+    engine = engine_on(
+        model, cache, settings.max_num_seqs, settings.prefill_chunk_tokens, clock,
+        cuda_graphs=settings.cuda_graphs, seed=settings.seed,
+    )  # fmt: skip
+    return BuiltEngine(engine, info, max_n)
+
+
+def engine_on(
+    model: GPT2LMHeadModel,
+    cache: PagedKVCache,
+    max_num_seqs: int,
+    prefill_chunk_tokens: int,
+    clock: Callable[[], float],
+    *,
+    cuda_graphs: bool = False,
+    seed: int = 0,
+    pack_cpu: bool = True,
+    predictor: LengthPredictor | None = None,
+) -> Engine:
+    """The runner, scheduler and engine around a model and a cache already made; `build_engine` sizes
+    those from the settings, tests and benchmarks bring their own (a small cache, a model they keep a
+    reference copy of). Graphs, when on, cover every decode batch and every prefill chunk served."""
     runner = GPT2Runner(
         model,
         cache,
-        graph_batch=settings.max_num_seqs if graphs else 0,
-        graph_prefill_tokens=settings.prefill_chunk_tokens if graphs else 0,
+        graph_batch=max_num_seqs if cuda_graphs else 0,
+        graph_prefill_tokens=prefill_chunk_tokens if cuda_graphs else 0,
+        pack_cpu=pack_cpu,
     )
-    scheduler = SchedulerConfig(prefill_chunk_tokens=settings.prefill_chunk_tokens, max_num_seqs=settings.max_num_seqs)
-    engine = Engine(runner, token_bytes(), scheduler, clock=clock, seed=settings.seed)
-    return BuiltEngine(engine, info, max_n)
+    scheduler = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
+    return Engine(runner, token_bytes(), scheduler, clock=clock, seed=seed, predictor=predictor)

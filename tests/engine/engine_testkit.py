@@ -9,13 +9,13 @@ import torch
 from transformers import GPT2LMHeadModel
 
 from triton_backend.engine import Engine
+from triton_backend.engine_factory import engine_on
 from triton_backend.kv_cache import PagedKVCache
+from triton_backend.length_predictor import LengthPredictor
 from triton_backend.presets import build_model
-from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.runner import cache_shape
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.scheduler import SchedulerConfig
 from triton_backend.sequence import RequestOutput
-from triton_backend.tokenizer import token_bytes
 
 CPU = torch.device("cpu")
 
@@ -40,13 +40,14 @@ def make_engine(
     chunk: int = 256,
     max_num_seqs: int = 64,
     device: torch.device = CPU,
-    graph_batch: int = 0,
-    graph_prefill_tokens: int = 0,
+    cuda_graphs: bool = False,
+    predictor: LengthPredictor | None = None,
 ) -> Engine:
+    """The served engine (`engine_on`, as `build_engine` makes it) around a copy of `model`."""
     cache = PagedKVCache(cache_shape(model), pages, device)
-    config = SchedulerConfig(prefill_chunk_tokens=chunk, max_num_seqs=max_num_seqs)
-    runner = GPT2Runner(served_copy(model), cache, graph_batch=graph_batch, graph_prefill_tokens=graph_prefill_tokens)
-    return Engine(runner, token_bytes(), config, FakeClock())
+    return engine_on(
+        served_copy(model), cache, max_num_seqs, chunk, FakeClock(), cuda_graphs=cuda_graphs, predictor=predictor
+    )
 
 
 def served_copy(model: GPT2LMHeadModel) -> GPT2LMHeadModel:
@@ -69,9 +70,7 @@ class Result:
         return self.outputs[-1]
 
 
-def run(
-    engine: Engine, arrivals: dict[int, list[tuple[str, list[int], SamplingParams]]]
-) -> dict[str, Result]:
+def run(engine: Engine, arrivals: dict[int, list[tuple[str, list[int], SamplingParams]]]) -> dict[str, Result]:
     """Step the engine; at step k, add the requests arrivals[k]. Returns each request's outputs."""
     results: dict[str, Result] = {}
     step = 0

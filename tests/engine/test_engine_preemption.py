@@ -3,15 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from engine_testkit import CPU, FakeClock, greedy_reference, ids_of, run, served_copy, tiny_model
+from engine_testkit import greedy_reference, ids_of, make_engine, run, tiny_model
 
-from triton_backend.engine import Engine
-from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor, PredictorConfig
-from triton_backend.runner import GPT2Runner, cache_shape
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import token_bytes
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +38,7 @@ def test_underestimated_lengths_are_preempted_and_finish_exactly(model):
     # Recent requests of this kind stopped after ~16 tokens, so these four are admitted together,
     # but each really runs to 100 tokens: 4 x 120 tokens is more than 24 pages (384 tokens).
     predictor = trained_predictor(params, 20, 16)
-    cache = PagedKVCache(cache_shape(model), 24, CPU)
-    engine = Engine(
-        GPT2Runner(served_copy(model), cache),
-        token_bytes(),
-        SchedulerConfig(prefill_chunk_tokens=32),
-        FakeClock(),
-        predictor=predictor,
-    )
+    engine = make_engine(model, pages=24, chunk=32, predictor=predictor)
     results = run(engine, {0: [(rid, prompt, params) for rid, prompt in prompts.items()]})
     assert engine.stats().preemptions > 0
     for rid, prompt in prompts.items():
@@ -66,10 +54,7 @@ def test_preempted_choices_of_one_request_each_resume_their_own_text(model):
     prompt = [15496, 995, 11]
 
     def generate(pages: int, predictor: LengthPredictor) -> list[list[int]]:
-        cache = PagedKVCache(cache_shape(model), pages, CPU)
-        engine = Engine(
-            GPT2Runner(served_copy(model), cache), token_bytes(), SchedulerConfig(), FakeClock(), predictor=predictor
-        )
+        engine = make_engine(model, pages=pages, predictor=predictor)
         other = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
         result = run(engine, {0: [("other", [7, 8, 9], other)], 1: [("r", prompt, params)]})
         if pages < 28:

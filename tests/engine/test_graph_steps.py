@@ -206,9 +206,8 @@ def test_kernels_match_references_on_the_gpu(dtype, bound):
 
 def gpu_engine(model, graphs: bool, max_num_seqs: int = 4) -> Engine:
     engine = make_engine(
-        model, pages=256, chunk=16, max_num_seqs=max_num_seqs, device=torch.device("cuda"),
-        graph_batch=max_num_seqs if graphs else 0, graph_prefill_tokens=16 if graphs else 0,
-    )  # fmt: skip
+        model, pages=256, chunk=16, max_num_seqs=max_num_seqs, device=torch.device("cuda"), cuda_graphs=graphs
+    )
     assert (engine.runner.graphs is not None) == graphs
     return engine
 

@@ -17,10 +17,12 @@ Every write is a merge patch carrying the ``resourceVersion`` just read, so of t
 for the same Lease the API server lets one through and answers the other 409: it is not leader.
 
 The renew deadline (client-go's ``renewDeadline``, here ``2/3`` of the lease unless given) bounds
-how long a leader goes on acting without a successful renewal: a leader whose renewal fails, or has
-not succeeded by then, steps down and says why. Each call's timeout is cut to the time left before
-the deadline, so the leader has stopped claiming the Lease before a standby, which waits the whole
-lease duration from the last change it saw, can take it over: at most one replica leads.
+how long a leader goes on acting without a successful renewal: one whose renewal fails keeps
+leading only while its next round (``retry_period`` later) still falls before the deadline, and
+:meth:`LeaseElector.check` lets the loop stop it between targets once the deadline has passed. Each
+call's timeout is cut to the time left, so the leader has stopped claiming the Lease before a
+standby, which waits the whole lease duration from the last change it saw, can take it over: at
+most one replica leads.
 
 Any failure of the API (see :mod:`autoscaler.kube`) is one log line and :attr:`LeaseElector.error`
 for that round, never an exception. :meth:`LeaseElector.release` empties the holder on shutdown so

@@ -8,7 +8,10 @@ A round, per target: observe the replicas (a change made by someone else is logg
 current), read the window (a source that fails gives an empty window: the policy holds, the error is
 counted), decide, and if the decision differs from what was observed, actuate. A failed actuation is
 counted and the policy state keeps the observed replicas, so the next round decides again. A
-follower (another replica holds the Lease) does nothing but try for the Lease.
+follower (another replica holds the Lease) does nothing but try for the Lease; a leader past its
+renew deadline stops before its next target. Every call the parts make is bounded, so a round ends;
+one longer than the interval is logged and counted, and :meth:`Controller.run_once` returns what
+failed in it.
 """
 
 from __future__ import annotations

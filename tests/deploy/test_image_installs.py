@@ -40,7 +40,9 @@ def python_of_the_images() -> str:
 
 def installed(target: Path) -> set[str]:
     """The distributions in `target`, by normalised name (PEP 503)."""
-    return {re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in importlib.metadata.distributions(path=[str(target)])}
+    return {
+        re.sub(r"[-_.]+", "-", d.metadata["Name"]).lower() for d in importlib.metadata.distributions(path=[str(target)])
+    }
 
 
 def isolated_run(python: str, args: list[str], pythonpath: list[Path], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -64,7 +66,9 @@ def test_the_autoscaler_image_installs_no_torch_and_starts(tmp_path):
     started = isolated_run(python, [str(script), "--help"], [target], cwd=tmp_path)
     assert started.returncode == 0, started.stderr[-3000:]
     assert "usage: nlg-autoscaler" in started.stdout
-    located = isolated_run(python, ["-c", "import autoscaler.cli, sys; print(autoscaler.cli.__file__)"], [target], tmp_path)
+    located = isolated_run(
+        python, ["-c", "import autoscaler.cli, sys; print(autoscaler.cli.__file__)"], [target], tmp_path
+    )
     assert Path(located.stdout.strip()).is_relative_to(target)
 
 
@@ -80,7 +84,11 @@ def image_site(tmp_path: Path) -> Path:
             continue
         seen.add(name)
         distribution = importlib.metadata.distribution(name)
-        wanted += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower() for r in distribution.requires or [] if "extra ==" not in r]
+        wanted += [
+            re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower()
+            for r in distribution.requires or []
+            if "extra ==" not in r
+        ]
         for top in {Path(str(f)).parts[0] for f in distribution.files or []}:
             source = Path(str(distribution.locate_file(top)))
             if top not in ("..", "__pycache__") and not top.endswith(".pth") and not (site / top).exists():
@@ -101,7 +109,9 @@ def test_the_init_containers_layout_serves_a_stream(tmp_path, monkeypatch):
     shutil.copytree(PROJECT_ROOT / "model_repository", models)
     pythonpath = [site_packages, image_site(tmp_path)]
     monkeypatch.chdir(tmp_path)  # nothing of the checkout on the model's path
-    located = isolated_run(sys.executable, ["-c", "import triton_backend; print(triton_backend.__file__)"], pythonpath, tmp_path)
+    located = isolated_run(
+        sys.executable, ["-c", "import triton_backend; print(triton_backend.__file__)"], pythonpath, tmp_path
+    )
     assert Path(located.stdout.strip()).is_relative_to(site_packages), located.stderr
 
     env = {"PYTHONPATH": os.pathsep.join(map(str, pythonpath)), "NLG_PRESET": "tiny", "NLG_MAX_NUM_SEQS": "4"}

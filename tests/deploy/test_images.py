@@ -40,7 +40,9 @@ def container(containers: list[dict[str, Any]], name: str) -> dict[str, Any]:
 def build_tags() -> list[str]:
     """The tags of the `docker build` commands that docs/helm.md and the Dockerfile's header give."""
     texts = [(PROJECT_ROOT / "docs" / "helm.md").read_text(), PROJECT_IMAGE.read_text()]
-    return [m for text in texts for m in re.findall(r"docker build -f docker/nlg-serving\.Dockerfile -t (\S+) \.", text)]
+    return [
+        m for text in texts for m in re.findall(r"docker build -f docker/nlg-serving\.Dockerfile -t (\S+) \.", text)
+    ]
 
 
 def test_the_chart_pulls_the_tag_that_the_build_commands_make(rendered):

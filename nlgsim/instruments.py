@@ -11,12 +11,10 @@ from __future__ import annotations
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
-# docs/metrics.md, "Histogram buckets (seconds)".
-LATENCY_BUCKETS: tuple[float, ...] = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
-TOKEN_BUCKETS: tuple[float, ...] = (
-    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
-    0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5,
-)  # fmt: skip
+from triton_backend.buckets import LATENCY_BUCKETS, TOKEN_BUCKETS
+
+__all__ = ["LATENCY_BUCKETS", "TOKEN_BUCKETS", "Histogram", "PodInstruments"]
+
 
 
 @dataclass

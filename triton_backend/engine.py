@@ -15,12 +15,13 @@ import torch
 from triton_backend.detokenizer import TextStream
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.presets import EOS_TOKEN_ID
 from triton_backend.runner import DecodeInput, GPT2Runner, PrefillInput
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import PrefillChunk, Scheduler, SchedulerConfig
-from triton_backend.sequence import FinishReason, Request, RequestOutput, Sequence
+from triton_backend.sequence import Request, Sequence
 
 
 @dataclass(frozen=True)

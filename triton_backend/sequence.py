@@ -1,20 +1,14 @@
-"""The engine's units of work: a request, and the choices (sequences) it asks for."""
+"""The engine's units of work: a request, and the choices (sequences) it asks for. What a step hands
+out about them (`RequestOutput`, `FinishReason`) is plain data in `outputs`, which needs no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 
 from triton_backend.detokenizer import TextStream
+from triton_backend.outputs import FinishReason
 from triton_backend.sampler import SamplingState
 from triton_backend.sampling_params import SamplingParams
-
-
-class FinishReason(str, Enum):
-    STOP = "stop"
-    LENGTH = "length"
-    CANCELLED = "cancelled"
-    ERROR = "error"
 
 
 # Sequences and requests compare by identity: the scheduler looks requests up in its lists, and
@@ -85,23 +79,3 @@ class Request:
     @property
     def finished(self) -> bool:
         return all(seq.finish_reason is not None for seq in self.sequences)
-
-
-@dataclass(frozen=True)
-class RequestOutput:
-    """What one engine step produced for one request: plain data for the sender and the metrics."""
-
-    request_id: str
-    time: float
-    texts: tuple[str, ...]  # new text of each choice
-    token_ids: tuple[tuple[int, ...], ...]  # the ids each choice produced in this step
-    total_tokens: tuple[int, ...]
-    finish_reasons: tuple[FinishReason | None, ...]
-    num_input_tokens: int
-    finished: bool
-    arrival: float
-    error: str | None = None
-
-    @property
-    def new_tokens(self) -> tuple[int, ...]:
-        return tuple(len(ids) for ids in self.token_ids)

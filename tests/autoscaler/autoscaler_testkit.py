@@ -22,13 +22,8 @@ from prometheus_client import Histogram as PromHistogram
 
 from autoscaler.aggregate import Histogram, LatencyStats, PodSample, WindowStats
 from autoscaler.kube import new_client
+from triton_backend.buckets import LATENCY_BUCKETS, TOKEN_BUCKETS
 
-# docs/metrics.md, "Histogram buckets (seconds)".
-LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100)
-TOKEN_BUCKETS = (
-    0.001, 0.002, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.035, 0.04,
-    0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5,
-)  # fmt: skip
 BOUNDS = {
     "request": LATENCY_BUCKETS, "ttft": LATENCY_BUCKETS, "pertoken": TOKEN_BUCKETS, "itl": TOKEN_BUCKETS,
 }  # fmt: skip

@@ -12,10 +12,10 @@ from triton_backend.engine import Engine
 from triton_backend.engine_factory import engine_on
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.outputs import RequestOutput
 from triton_backend.presets import build_model
 from triton_backend.runner import cache_shape
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.sequence import RequestOutput
 
 CPU = torch.device("cpu")
 

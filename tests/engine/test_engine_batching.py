@@ -6,9 +6,9 @@ import pytest
 import torch
 from engine_testkit import greedy_reference, ids_of, make_engine, run, tiny_model
 
+from triton_backend.outputs import FinishReason
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.sequence import FinishReason
 
 GREEDY = dict(temperature=0.0, ignore_eos=True)
 

@@ -8,8 +8,8 @@ import pytest
 from engine_testkit import make_engine, tiny_model
 
 from triton_backend.engine_loop import EngineLoop
+from triton_backend.outputs import RequestOutput
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.sequence import RequestOutput
 
 PARAMS = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
 

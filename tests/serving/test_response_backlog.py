@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from triton_backend.engine import EngineStats
+from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.presets import ModelInfo
-from triton_backend.sequence import FinishReason, RequestOutput
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import ResponseOptions
 from triton_backend.triton_responses import CANCEL_CHECK_INTERVAL, Open, ResponseThread

@@ -182,6 +182,7 @@ def model_reports_in_flight(server) -> bool:
     return False
 
 
+@pytest.mark.e2e
 def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     window, interval, stabilization = 6.0, 1.0, 8.0
     load = PoissonLoad(triton.grpc_url, rate=10.0, complex_fraction=0.8, seed=1)

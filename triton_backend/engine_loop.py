@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from triton_backend.engine import Engine, EngineStats
+from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.sequence import FinishReason, RequestOutput
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,11 @@ class _Abort:
 @dataclass(frozen=True)
 class _Stop:
     drain_seconds: float
+
+
+@dataclass(frozen=True)
+class _Drain:
+    seconds: float
 
 
 class EngineLoop:
@@ -77,16 +82,23 @@ class EngineLoop:
             stats, handed_over = self._stats, self._handed_over
         return replace(stats, waiting_requests=stats.waiting_requests + handed_over)
 
+    def drain(self, seconds: float) -> None:
+        """Cancels whatever is still in flight ``seconds`` from now (each gets its final output), and
+        from then on whatever arrives; the thread goes on running until stop()."""
+        self._inbox.put(_Drain(seconds))
+
     def stop(self, drain_seconds: float = 0.0, timeout: float = 30.0) -> None:
         """Lets the streams in flight finish for up to ``drain_seconds``, cancels what is left (each
-        gets its final output) and ends the thread; waits at most ``timeout`` beyond the drain."""
+        gets its final output) and ends the thread; waits at most ``timeout`` beyond the drain. A drain
+        begun earlier keeps its own end if that comes first."""
         self._inbox.put(_Stop(drain_seconds))
         self._thread.join(drain_seconds + timeout)
 
     def _run(self) -> None:
-        stop_at: float | None = None
+        stopping = False
+        cancel_at: float | None = None  # the drain's end: what is in flight then is cancelled
         while True:
-            block = stop_at is None and not self._engine.has_work
+            block = not stopping and not self._engine.has_work
             applied = 0
             while True:
                 try:
@@ -95,17 +107,22 @@ class EngineLoop:
                     break
                 block = False
                 if isinstance(command, _Stop):
-                    stop_at = self._clock() + command.drain_seconds
+                    stopping = True
+                    end = self._clock() + command.drain_seconds
+                    cancel_at = end if cancel_at is None else min(cancel_at, end)
+                elif isinstance(command, _Drain):
+                    cancel_at = self._clock() + command.seconds
                 else:
                     applied += isinstance(command, _Add)
                     self._apply(command)
-            if stop_at is not None and (not self._engine.has_work or self._clock() >= stop_at):
+            if cancel_at is not None and self._clock() >= cancel_at:
+                for request_id in self._engine.in_flight():
+                    self._abort(request_id)
+            if stopping and not self._engine.has_work:
                 break
             if self._engine.has_work:
                 self._step()
             self._publish(applied)
-        for request_id in self._engine.in_flight():
-            self._abort(request_id)
         self._publish(applied)
 
     def _publish(self, applied: int) -> None:

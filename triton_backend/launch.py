@@ -37,6 +37,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from triton_backend.settings import DrainBudget
+
 
 def _triton_home() -> Path:
     """The site-packages-like directory holding pytriton/tritonserver and nvidia_pytriton.libs."""
@@ -101,6 +103,22 @@ def server_command(model_repository: Path, args: Sequence[str] = ()) -> list[str
     ]
 
 
+def with_drain_budget(budget: DrainBudget, env: dict[str, str], args: Sequence[str]) -> list[str]:
+    """Sets the model's drain in `env` and returns `args` with Triton's exit timeout, both from `budget`.
+
+    Either one set by hand could undercut the other (a drain that outlasts the exit timeout ends in
+    Triton's forced exit), so both are refused here with the way to change them.
+    """
+    if "NLG_DRAIN_SECONDS" in env:
+        raise ValueError("NLG_DRAIN_SECONDS: derived from the drain budget; unset it and set --max-stream-seconds")
+    if any(a.split("=", 1)[0] == "--exit-timeout-secs" for a in args):
+        raise ValueError(
+            "--exit-timeout-secs: derived from the drain budget; leave it out and set --max-stream-seconds"
+        )
+    env["NLG_DRAIN_SECONDS"] = str(budget.drain_seconds)
+    return [f"--exit-timeout-secs={budget.exit_timeout_seconds}", *args]
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -111,7 +129,8 @@ def free_port() -> int:
 class TritonServer:
     """A tritonserver on free loopback ports, ready on enter and always stopped on exit.
 
-    `env` adds variables for the server (and the model), e.g. {"NLG_PRESET": "tiny"}.
+    `env` adds variables for the server (and the model), e.g. {"NLG_PRESET": "tiny"}; the drain and
+    Triton's exit timeout come from `drain` (see DrainBudget).
     """
 
     def __init__(
@@ -121,12 +140,14 @@ class TritonServer:
         extra_args: Sequence[str] = (),
         ready_timeout: float = 180.0,
         log_path: Path | None = None,
+        drain: DrainBudget | None = None,
     ) -> None:
         self.model_repository = model_repository
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self._env = server_environment()
         self._env.update(env or {})
-        self._extra_args = list(extra_args)
+        self.drain = drain or DrainBudget()
+        self._extra_args = with_drain_budget(self.drain, self._env, extra_args)
         self._ready_timeout = ready_timeout
         self._log_path = log_path
         self.process: subprocess.Popen[bytes] | None = None
@@ -152,7 +173,6 @@ class TritonServer:
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true",
-            "--exit-timeout-secs=20",
             *self._extra_args,
         ]
         log: IO[bytes]
@@ -180,12 +200,13 @@ class TritonServer:
         self._log.flush()
         return Path(self._log.name).read_text(errors="replace")
 
-    def stop(self, timeout: float = 30.0) -> None:
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if the server outlives its exit timeout."""
         if self.process is not None:
             if self.process.poll() is None:
                 self.process.terminate()
                 try:
-                    self.process.wait(timeout)
+                    self.process.wait(self.drain.exit_timeout_seconds + 10)
                 except subprocess.TimeoutExpired:
                     self.process.kill()
                     self.process.wait()

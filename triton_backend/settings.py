@@ -10,6 +10,49 @@ from dataclasses import dataclass
 
 from triton_backend.presets import PRESETS
 
+# The drain budget. Every number that bounds a shutdown derives from the longest stream the operator
+# allows; nlg-triton, the test kit's server, config.pbtxt, the README's container command and the Helm
+# chart take theirs from here (tests tie each to DrainBudget).
+MAX_STREAM_SECONDS = 120
+# The model's drain beyond the longest stream: a stream may wait for a batch slot before it runs.
+DRAIN_MARGIN_SECONDS = 2
+# Triton's exit timeout beyond its two waits: cancelling what the drain left, sending those final
+# responses, stopping the model's threads and unloading the stub.
+EXIT_MARGIN_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class DrainBudget:
+    """How long a stop may take, so that it never runs into tritonserver's forced exit.
+
+    On SIGTERM, Triton 2.51 first waits for its HTTP connections to close (an HTTP stream ends within
+    ``max_stream_seconds``), then unloads the model, whose finalize() lets the streams still open
+    (gRPC ones, and any accepted meanwhile) finish for up to ``drain_seconds`` and cancels the rest,
+    each with a final response. Both waits count against one ``--exit-timeout-secs``; past it Triton
+    exits with the model's threads still running and aborts.
+    """
+
+    max_stream_seconds: int = MAX_STREAM_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.max_stream_seconds < 1:
+            raise ValueError(f"max_stream_seconds: must be an integer >= 1, got {self.max_stream_seconds}")
+
+    @property
+    def drain_seconds(self) -> int:
+        """The model setting `drain_seconds` (NLG_DRAIN_SECONDS)."""
+        return self.max_stream_seconds + DRAIN_MARGIN_SECONDS
+
+    @property
+    def exit_timeout_seconds(self) -> int:
+        """tritonserver --exit-timeout-secs: the HTTP wait, then the model's drain, then the margin."""
+        return self.max_stream_seconds + self.drain_seconds + EXIT_MARGIN_SECONDS
+
+    def grace_period_seconds(self, pre_stop_seconds: int, margin_seconds: int) -> int:
+        """A pod's terminationGracePeriodSeconds: its preStop hook runs first, then SIGTERM."""
+        return pre_stop_seconds + self.exit_timeout_seconds + margin_seconds
+
+
 _DEFAULTS = {
     "preset": "gpt2",
     "weights_path": "",
@@ -20,7 +63,7 @@ _DEFAULTS = {
     "max_n": "8",
     "seed": "0",
     "cuda_graphs": "true",
-    "drain_seconds": "30",
+    "drain_seconds": str(DrainBudget().drain_seconds),
 }
 _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
@@ -42,7 +85,8 @@ class ModelSettings:
     max_n: int
     seed: int
     cuda_graphs: bool  # GPU instances replay steps from CUDA graphs (gpu_kernels, graph_steps)
-    drain_seconds: int  # a retiring instance lets its streams finish for this long before cancelling them
+    # A retiring instance lets its streams finish for this long before cancelling them (DrainBudget).
+    drain_seconds: int
 
 
 def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> ModelSettings:

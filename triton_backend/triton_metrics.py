@@ -2,6 +2,11 @@
 
 Uses `pb_utils.MetricFamily`, so the series appear on Triton's own metrics port next to its `nv_*`
 metrics; names and buckets are documented in docs/metrics.md.
+
+Updates from the model's threads only increment and observe: those release the GIL while the stub
+waits for the server's answer, `Metric.set()` holds it. A server killed mid-`set()` never answers, and
+a thread stuck there with the GIL held keeps every other thread of the stub, its own exit and our
+parent watchdog included, from running. Gauges therefore move by increments (`_Gauge`).
 """
 
 from __future__ import annotations
@@ -10,8 +15,26 @@ from typing import Any
 
 from triton_backend.engine import EngineStats
 from triton_backend.metrics import LATENCY_BUCKETS, TOKEN_BUCKETS, Observations
+from triton_backend.outputs import FinishReason
 from triton_backend.presets import ModelInfo
-from triton_backend.sequence import FinishReason
+
+# Gauge values go out rounded to multiples of 2**-20: sums and differences of such values are exact in
+# a double, so a gauge moved by increments reads exactly what was last recorded, with no drift.
+_GAUGE_STEP = 2.0**-20
+
+
+class _Gauge:
+    """A gauge moved by increments from the value it was last given (see the module's docstring)."""
+
+    def __init__(self, metric: Any) -> None:
+        self._metric = metric
+        self._value = 0.0
+
+    def set(self, value: float) -> None:
+        value = round(value / _GAUGE_STEP) * _GAUGE_STEP
+        if value != self._value:
+            self._metric.increment(value - self._value)
+            self._value = value
 
 
 class TritonMetrics:
@@ -34,6 +57,9 @@ class TritonMetrics:
 
         def single(name: str, doc: str, kind: Any) -> Any:
             return new_family(name, doc, kind).Metric(labels=own if kind == family.GAUGE else labels)
+
+        def gauge(name: str, doc: str) -> _Gauge:
+            return _Gauge(single(name, doc, family.GAUGE))
 
         self.request_latency = histogram(
             "nlg_request_latency_seconds", "Arrival to final response of finished requests", LATENCY_BUCKETS
@@ -63,9 +89,10 @@ class TritonMetrics:
         self.rejected = single(
             "nlg_requests_rejected_total", "Requests refused for bad input", family.COUNTER
         )
-        self.running = single("nlg_requests_running", "Requests in the running batch", family.GAUGE)
-        self.waiting = single("nlg_requests_waiting", "Requests waiting for KV cache room", family.GAUGE)
+        self.running = gauge("nlg_requests_running", "Requests in the running batch")
+        self.waiting = gauge("nlg_requests_waiting", "Requests waiting for KV cache room")
         # An info metric (value 1): what this instance serves, random weights included, in plain sight.
+        # Set once, in initialize(), before any thread of ours runs.
         new_family("nlg_model_info", "What the instance serves", family.GAUGE).Metric(
             labels={
                 **own,
@@ -79,7 +106,7 @@ class TritonMetrics:
             "nlg_preemptions_total", "Sequences preempted for KV memory and recomputed later", family.COUNTER
         )
         self._preemptions_seen = 0
-        self.kv_usage = single("nlg_kv_cache_usage_ratio", "Used over total KV cache pages", family.GAUGE)
+        self.kv_usage = gauge("nlg_kv_cache_usage_ratio", "Used over total KV cache pages")
 
     def record(self, observations: Observations) -> None:
         for metric, values in (

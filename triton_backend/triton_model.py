@@ -4,7 +4,10 @@ initialize() builds the engine for this instance's device; execute() validates e
 it to the engine thread and returns at once; the response thread sends everything back. finalize()
 lets the streams in flight finish (up to ``drain_seconds``; Triton retires an instance when the
 autoscaler scales in, and the streams it holds must not be cut), cancels what is left (each gets its
-final response) and then stops the response thread.
+final response) and then stops the response thread. Triton's exit timeout leaves room for all of it
+(DrainBudget in settings). Triton keeps the model loaded while streams are open, so the drain starts
+as soon as the server marks the model not ready (SIGTERM, unload), not at finalize(); a watchdog
+ends the stub process if the server dies under it (server_watch).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
+from triton_backend.server_watch import watch_parent, watch_readiness
 from triton_backend.settings import ModelSettings, load_settings
 from triton_backend.tokenizer import load_tokenizer
 from triton_backend.triton_metrics import TritonMetrics
@@ -40,6 +44,7 @@ def model_settings(model_config: dict[str, Any]) -> ModelSettings:
 class GPT2Model:
     def __init__(self, args: dict[str, str]) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        watch_parent()
         config = json.loads(args["model_config"])
         settings = model_settings(config)
         kept = keep_freed_memory()
@@ -61,6 +66,12 @@ class GPT2Model:
         self._ids = itertools.count()
         self._responses.start()
         self._engine.start()
+        name, version = args["model_name"], args["model_version"]
+        watch_readiness(
+            lambda: bool(pb_utils.is_model_ready(name, version)),
+            busy=self._busy,
+            on_stopping=lambda: self._engine.drain(self._drain_seconds),
+        )
         log.info(
             "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
@@ -97,6 +108,10 @@ class GPT2Model:
     def finalize(self) -> None:
         self._engine.stop(drain_seconds=self._drain_seconds)
         self._responses.stop()
+
+    def _busy(self) -> bool:
+        stats = self._engine.stats()
+        return stats.running_requests + stats.waiting_requests > 0
 
     def _engine_stats(self) -> Any:
         return self._engine.stats()

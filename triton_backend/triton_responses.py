@@ -4,6 +4,9 @@ Triton 2.51's Python backend aborts the server when response senders are used fr
 at once, so execute() and the engine only put work in this thread's queue. It sends every response,
 the errors of refused requests too, checks for cancelled requests, and feeds the metrics, so none of
 that runs on the engine's token path. Every request gets exactly one final response.
+
+A client that went away (its process killed, its stream closed) is noticed by Triton's cancel flag or
+by a send that fails; either way its request is aborted and counted as cancelled.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from triton_backend.engine import EngineStats
 from triton_backend.metrics import Observations, RequestTracker
-from triton_backend.sequence import FinishReason, RequestOutput
+from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import ResponseOptions
 
@@ -50,6 +53,7 @@ class _Stream:
     texts: list[str] = field(default_factory=list)
     # Tokens of skipped responses (no text yet), reported with the next response that is sent.
     unsent_tokens: list[int] = field(default_factory=list)
+    gone: bool = False  # a send failed: the client is not there to read the rest
 
 
 _STOP = object()
@@ -153,12 +157,15 @@ class ResponseThread:
         if output.finished:
             del self._streams[output.request_id]
             self._cancel_requested.discard(output.request_id)
+        if stream.gone:
+            return
+        if output.finished:
             if output.error is not None:
-                self._send_error(stream.sender, output.error, self._pb.TritonError.INTERNAL)
+                self._send(output.request_id, stream, self._error(output.error, self._pb.TritonError.INTERNAL), final)
                 return
             if FinishReason.CANCELLED in output.finish_reasons:
                 error = self._pb.TritonError("request cancelled", self._pb.TritonError.CANCELLED)
-                stream.sender.send(self._pb.InferenceResponse(error=error), flags=final)
+                self._send(output.request_id, stream, self._pb.InferenceResponse(error=error), final)
                 return
         options = stream.options
         if options.stream:
@@ -176,7 +183,19 @@ class ResponseThread:
             response = self._response(
                 output, [prefix + t for t in stream.texts], list(output.total_tokens), options
             )
-        stream.sender.send(response, flags=final if output.finished else 0)
+        self._send(output.request_id, stream, response, final if output.finished else 0)
+
+    def _send(self, request_id: str, stream: _Stream, response: Any, flags: int) -> None:
+        try:
+            stream.sender.send(response, flags=flags)
+        except Exception as err:
+            # The client is gone (Triton closed its response sender): stop generating for nobody. The
+            # abort's final output counts the request as cancelled; a final that failed keeps its reason.
+            stream.gone = True
+            log.warning("request %s: sending a response failed (%s); cancelling it", request_id, err)
+            if not flags and request_id not in self._cancel_requested:
+                self._cancel_requested.add(request_id)
+                self._abort(request_id)
 
     def _response(
         self, output: RequestOutput, texts: list[str], counts: list[int], options: ResponseOptions
@@ -192,11 +211,13 @@ class ResponseThread:
             tensors.append(tensor("num_output_tokens", np.array(counts, dtype=np.int32)))
         return self._pb.InferenceResponse(output_tensors=tensors)
 
-    def _send_error(self, sender: Any, message: str, code: Any = None) -> None:
-        error = self._pb.TritonError(message, self._pb.TritonError.INVALID_ARG if code is None else code)
-        sender.send(
-            self._pb.InferenceResponse(error=error), flags=self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-        )
+    def _error(self, message: str, code: Any) -> Any:
+        return self._pb.InferenceResponse(error=self._pb.TritonError(message, code))
+
+    def _send_error(self, sender: Any, message: str) -> None:
+        """A refused request's one response."""
+        response = self._error(message, self._pb.TritonError.INVALID_ARG)
+        sender.send(response, flags=self._pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
     def _check_cancelled(self) -> None:
         for request_id, stream in self._streams.items():

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 from helm_testkit import HelmError, container, env_of, pod_spec
 
+from triton_backend.settings import DrainBudget
+
 STARTUP_BUDGET_S = 600  # GPT2-XL: read 6 GB of weights, move them to the GPU, warm up
 
 
@@ -41,27 +43,32 @@ def test_probes_use_tritons_health_endpoints(render):
 
 
 @pytest.mark.parametrize(
-    ("drain", "longest_stream"),
-    [(15, 120), (30, 600), (0, 60)],
-    ids=["defaults", "long-streams", "no-drain"],
+    ("pre_stop", "longest_stream"),
+    [(15, 120), (30, 600), (0, 1)],
+    ids=["defaults", "long-streams", "no-prestop-short-streams"],
 )
-def test_grace_period_outlasts_drain_and_the_longest_stream(render, drain, longest_stream):
-    values = {"triton": {"drain": {"preStopSeconds": drain, "maxStreamSeconds": longest_stream}}}
+def test_drain_and_exit_timeout_follow_the_drain_budget(render, pre_stop, longest_stream):
+    values = {"triton": {"drain": {"preStopSeconds": pre_stop, "maxStreamSeconds": longest_stream}}}
     spec = triton_pod(render, values=values)
     triton = container(spec, "triton")
+    budget = DrainBudget(longest_stream)
     # preStop keeps the pod serving while it leaves the Service's endpoints...
-    assert triton["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sh", "-c", f"sleep {drain}"]
-    # ...then SIGTERM: tritonserver stops taking requests and waits for in-flight streams this long.
-    assert f"--exit-timeout-secs={longest_stream}" in triton["args"]
-    assert spec["terminationGracePeriodSeconds"] > drain + longest_stream
-    # An instance retired by an in-place scale-in lets its streams run as long as the server would.
-    assert env_of(triton)["NLG_DRAIN_SECONDS"] == str(longest_stream)
+    assert triton["lifecycle"]["preStop"]["exec"]["command"] == ["/bin/sh", "-c", f"sleep {pre_stop}"]
+    # ...then SIGTERM: the model drains for the budget's drain, within tritonserver's exit timeout.
+    assert env_of(triton)["NLG_DRAIN_SECONDS"] == str(budget.drain_seconds)
+    assert f"--exit-timeout-secs={budget.exit_timeout_seconds}" in triton["args"]
+    assert budget.exit_timeout_seconds > budget.drain_seconds > longest_stream
+    assert spec["terminationGracePeriodSeconds"] == budget.grace_period_seconds(pre_stop, 15)
+    assert spec["terminationGracePeriodSeconds"] > pre_stop + budget.exit_timeout_seconds
 
 
-def test_model_settings_name_their_own_drain(render):
-    values = {"model": {"settings": {"drain_seconds": 5}}}
-    env = container(triton_pod(render, values=values), "triton")["env"]
-    assert [e["value"] for e in env if e["name"] == "NLG_DRAIN_SECONDS"] == ["5"]
+def test_the_charts_default_stream_is_the_models(chart_values):
+    assert chart_values["triton"]["drain"]["maxStreamSeconds"] == DrainBudget().max_stream_seconds
+
+
+def test_a_drain_set_by_hand_is_refused_with_the_key_to_set(helm):
+    with pytest.raises(HelmError, match="model.settings.drain_seconds: derived from triton.drain.maxStreamSeconds"):
+        helm.template(values={"model": {"settings": {"drain_seconds": 5}}})
 
 
 def test_server_flags_and_ports(render):
@@ -139,7 +146,7 @@ def test_model_settings_become_nlg_variables(render):
         "NLG_PRESET": "gpt2-xl",
         "NLG_DTYPE": "float16",
         "NLG_MAX_NUM_SEQS": "32",
-        "NLG_DRAIN_SECONDS": "120",  # triton.drain.maxStreamSeconds unless a setting names it
+        "NLG_DRAIN_SECONDS": str(DrainBudget().drain_seconds),
     }
 
 

@@ -102,8 +102,7 @@ def test_no_pods_reporting_holds():
 
 
 def test_scale_down_waits_for_the_stabilization_window_and_bounds_apply():
-    # select: max removes 100% at once (the default, min, removes one pod a minute)
-    p = Planner(6, spec=replace(SPEC, min_deployment_count=2, scale_down=replace(SPEC.scale_down, select="max")))
+    p = Planner(6, spec=replace(SPEC, min_deployment_count=2))
     high = p.at(0, window(30))
     assert high >= 6
     assert p.at(30, window(0.1)) == high  # within the 60 s window of a high proposal

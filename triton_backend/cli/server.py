@@ -1,7 +1,9 @@
 """`nlg-triton`: run tritonserver from the nvidia-pytriton wheel on this project's model repository.
 
 Everything after the known options goes to tritonserver unchanged, e.g.
-`nlg-triton --preset tiny -- --http-port 9000 --log-verbose 1`.
+`nlg-triton --preset tiny -- --http-port 9000 --log-verbose 1`. The model's drain and tritonserver's
+`--exit-timeout-secs` both follow `--max-stream-seconds` (DrainBudget in triton_backend/settings.py),
+so a stop (SIGTERM, Ctrl-C) lets the streams finish and never runs into Triton's forced exit.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ import os
 import sys
 from pathlib import Path
 
-from triton_backend.launch import DEFAULT_MODEL_REPOSITORY, server_command, server_environment
+from triton_backend.launch import DEFAULT_MODEL_REPOSITORY, server_command, server_environment, with_drain_budget
 from triton_backend.presets import PRESETS
+from triton_backend.settings import MAX_STREAM_SECONDS, DrainBudget
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,13 +23,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-repository", type=Path, default=DEFAULT_MODEL_REPOSITORY)
     parser.add_argument("--preset", choices=PRESETS, help="override the model's preset (NLG_PRESET)")
     parser.add_argument("--weights-path", help="Hugging Face checkpoint dir (NLG_WEIGHTS_PATH)")
+    parser.add_argument(
+        "--max-stream-seconds",
+        type=int,
+        default=MAX_STREAM_SECONDS,
+        help="the longest stream a stop lets finish; sets the drain and the exit timeout (default %(default)s)",
+    )
     args, passthrough = parser.parse_known_args(argv)
+    if args.max_stream_seconds < 1:
+        parser.error(f"--max-stream-seconds: must be an integer >= 1, got {args.max_stream_seconds}")
     env = server_environment()
     if args.preset:
         env["NLG_PRESET"] = args.preset
     if args.weights_path:
         env["NLG_WEIGHTS_PATH"] = str(Path(args.weights_path).resolve())
-    command = server_command(args.model_repository.resolve(), [a for a in passthrough if a != "--"])
+    try:
+        server_args = with_drain_budget(
+            DrainBudget(args.max_stream_seconds), env, [a for a in passthrough if a != "--"]
+        )
+    except ValueError as err:
+        parser.error(str(err))
+    command = server_command(args.model_repository.resolve(), server_args)
     sys.stdout.flush()
     os.execve(command[0], command, env)
 

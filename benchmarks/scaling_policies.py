@@ -58,6 +58,8 @@ TRACE_SPEC = {
     "time_window": 30,
 }
 WARMUP_S = 300.0
+# How the traces' prompts (up to 8,192 tokens) are fitted into GPT-2's 1,024 (nlgsim --map-lengths).
+TRACE_LENGTHS = "scale:0.125"
 RAMP_S = 200.0
 SENS_LOADS = (1.2, 1.6, 2.0, 2.56)
 # The sensitivity runs: (column label, ramp seconds, scale-down stabilization). The thesis's Fig. 7.4
@@ -101,7 +103,8 @@ def run_job(job: Job) -> Outcome:
     t = time.perf_counter()
     profile = load_profile(job.profile)
     workload = parse_workload(
-        job.workload, profile, count=job.count, duration=job.duration, seed=job.seed, ramp=job.ramp
+        job.workload, profile, count=job.count, duration=job.duration, seed=job.seed, ramp=job.ramp,
+        lengths=TRACE_LENGTHS,
     )
     spec = scaler_spec({}, [f"{k}={v}" for k, v in job.spec.items()])
     cfg = planner_config(profile, workload.requests, job.slo, 5.0, None, **job.planner)
@@ -1074,9 +1077,9 @@ def main() -> None:
     duration = 900.0 if args.quick else None
     h100 = load_profile(H100)
     for trace, slo_t, thresholds, request_ms in TRACE_SETUPS:
-        wl = parse_workload(f"trace:{TRACES / (trace + '.csv')}", h100, duration=duration)
-        # The oracle searches the same replica range the policies may use.
-        orc = oracle(h100, wl.requests, slo_t, interval=30.0, max_replicas=TRACE_SPEC["max_deployment_count"])
+        wl = parse_workload(f"trace:{TRACES / (trace + '.csv')}", h100, duration=duration, lengths=TRACE_LENGTHS)
+        # The oracle searches the same replica range the policies may use; its intervals are the SLO's.
+        orc = oracle(h100, wl.requests, slo_t, max_replicas=TRACE_SPEC["max_deployment_count"])
         say(f"  {trace}: oracle {orc.gpu_seconds_since(WARMUP_S):.0f} GPU-s")
         tj = trace_jobs(
             H100, trace, slo_t, duration, orc.replicas[0], thresholds, (30, 60), PLANNER_VARIANTS, request_ms

@@ -1,6 +1,6 @@
 """``python -m nlgsim``: what-if runs of scaling policies on a workload, sweeps, profiles.
 
-  python -m nlgsim run --profile P.json --workload trace:my.csv --config autoscaler.yaml \\
+  python -m nlgsim run --profile P.json --workload trace:my.csv --map-lengths clip --config autoscaler.yaml \\
       --policy pertoken:25 --policy pertoken:35 --policy planner --oracle --out results/
   python -m nlgsim sweep --profile P.json --workload trace:my.csv --thresholds 20,25,30 --windows 30,60
   python -m nlgsim capacity --profile P.json --workload complex:1
@@ -24,9 +24,21 @@ from tqdm import tqdm
 
 from autoscaler.config import ConfigError, ScalerSpec, parse_config, to_dict
 from nlgsim.experiment import Workload, build_policy, parse_workload, planner_config, scaler_spec
+from nlgsim.feasibility import feasibility
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
+from nlgsim.workload import LENGTH_STRATEGIES
+
+
+def _map_lengths(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--map-lengths",
+        dest="lengths",
+        default="refuse",
+        help="trace: how requests longer than the model's context are fitted: "
+        + "; ".join(f"{k}: {v}" for k, v in LENGTH_STRATEGIES.items()),
+    )
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -38,7 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="seconds of workload (trace: a window of it)")
     p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
     p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
-    p.add_argument("--lengths", default="scale:0.125", help="trace lengths into the context: clip | scale:F")
+    _map_lengths(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--ramp", type=float, default=0.0, help="Table 4.2 workloads: rise to RATE over this many s"
@@ -63,6 +75,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         default="request",
         help=f"SLOs attainment requires, comma-separated: {','.join(SLO_NAMES)}",
     )
+    p.add_argument(
+        "--target", type=float, default=0.99, help="share of feasible requests to meet the SLO (default 0.99)"
+    )
+    p.add_argument(
+        "--slo-interval", type=float, default=30.0, help="s; the oracle meets --target in each (default 30)"
+    )
     p.add_argument("--out", type=Path, help="folder for summary.json and PNG figures")
 
 
@@ -79,10 +97,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"
     )
-    run.add_argument("--oracle-interval", type=float, default=30.0)
-    run.add_argument(
-        "--target", type=float, default=0.99, help="attainment target of the oracle (default 0.99)"
-    )
     sw = sub.add_parser("sweep", help="grid of thresholds and windows; prints the Pareto front")
     _common(sw)
     sw.add_argument("--types", default="pertoken", help="comma-separated: request,pertoken")
@@ -93,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     cap = sub.add_parser("capacity", help="one replica's saturation rate for a workload")
     cap.add_argument("--profile", required=True)
     cap.add_argument("--workload", required=True)
-    cap.add_argument("--lengths", default="scale:0.125")
+    _map_lengths(cap)
     prof = sub.add_parser("profile", help="measure an engine profile on the real engine (minutes)")
     prof.add_argument("--preset", default="gpt2")
     prof.add_argument("--dtype", default="float32")
@@ -112,6 +126,8 @@ def _slo(args: argparse.Namespace) -> SLO:
         ttft_s=args.slo_ttft_ms / 1000,
         per_token_s=args.slo_pertoken_ms / 1000,
         attain=tuple(a.strip() for a in args.attain.split(",") if a.strip()),
+        target=args.target,
+        interval_s=args.slo_interval,
     )
 
 
@@ -167,10 +183,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     profile, workload, spec, loop, scrape, slo = _setup(args)
     print(f"workload: {workload.description}")
     print(f"profile: {profile.preset} {profile.dtype} on {profile.hardware} ({profile.source})")
-    print(
-        f"SLO attainment counts: {slo.describe()}; routing {args.routing}; "
-        f"loop {loop:g} s, scrape {scrape:g} s"
-    )
+    print(f"SLO: {slo.statement()}; routing {args.routing}; loop {loop:g} s, scrape {scrape:g} s")
+    feasible = feasibility(profile, workload.requests, slo)
+    print(f"feasibility: {feasible.describe()}")
     planner = planner_config(profile, workload.requests, slo, loop, args.startup)
     logs: dict[str, RunLog] = {}
     summaries: list[Summary] = []
@@ -198,8 +213,6 @@ def cmd_run(args: argparse.Namespace) -> int:
                 profile,
                 workload.requests,
                 slo,
-                target=args.target,
-                interval=args.oracle_interval,
                 # The bound searches the replicas the policies may use, no more (see nlgsim.oracle).
                 min_replicas=max(spec.min_deployment_count, 1),
                 max_replicas=spec.max_deployment_count,
@@ -212,11 +225,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             row["GPU-s / oracle"] = f"{s.gpu_seconds / bound.gpu_seconds:.2f}"
             row["GPU-s / start-up bound"] = f"{s.gpu_seconds / paid:.2f}"
         print(
-            f"oracle ({args.oracle_interval:g} s intervals, {args.target:.0%} attainment): "
+            f"oracle ({slo.interval_s:g} s intervals, {slo.target:.4g} of the feasible requests in each): "
             f"{bound.gpu_seconds:.0f} GPU-s; with each pod's {startup:g} s start-up paid: {paid:.0f} GPU-s"
             + (
-                f"; {len(bound.unattainable)} intervals unattainable even at the maximum "
-                "(charged the minimum)"
+                f"; {len(bound.unattainable)} of {len(bound.replicas)} intervals unattainable even at "
+                f"max_deployment_count = {spec.max_deployment_count} (charged the minimum)"
                 if bound.unattainable
                 else ""
             )
@@ -227,11 +240,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         data = {
             "workload": workload.description,
+            "mapping": workload.mapping or None,
+            "mapping_changes": asdict(workload.changes) if workload.changes else None,
             "profile": args.profile,
             "slo": asdict(slo),
+            "slo_statement": slo.statement(),
+            "feasibility": asdict(feasible),
             "scaler": to_dict(spec),
             "oracle_gpu_seconds": bound.gpu_seconds if bound else None,
             "startup_bound_gpu_seconds": paid if bound else None,
+            "oracle_replicas": list(bound.replicas) if bound else None,
+            "oracle_unattainable_intervals": list(bound.unattainable) if bound else None,
             "runs": [asdict(s) for s in summaries],
         }
         (out / "summary.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
@@ -284,7 +303,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             [
                 {
                     "config": points[i].label,
-                    **{k: v for k, v in points[i].summary.row().items() if k in ("attain %", "GPU-s")},
+                    **{
+                        k: v
+                        for k, v in points[i].summary.row().items()
+                        if k in ("attain %", "feasible attain %", "GPU-s")
+                    },
                 }
                 for i in front
             ]

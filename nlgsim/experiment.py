@@ -23,7 +23,7 @@ from nlgsim.planner import PlannerConfig, planner_policy
 from nlgsim.policy import Policy, hpa_policy
 from nlgsim.profile import EngineProfile
 from nlgsim.results import SLO
-from nlgsim.workload import QUERY_TYPES, LengthMap, Request, load_trace, thesis_requests
+from nlgsim.workload import QUERY_TYPES, LengthMap, MappingCounts, Request, load_trace, thesis_requests
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Workload:
     name: str
     requests: list[Request]
     description: str
+    mapping: str = ""
+    """How a trace's lengths were fitted into the context (empty for a synthetic workload)."""
+    changes: MappingCounts | None = None
 
 
 def parse_workload(
@@ -42,7 +45,7 @@ def parse_workload(
     seed: int = 0,
     start: float = 0.0,
     speed: float = 1.0,
-    lengths: str = "scale:0.125",
+    lengths: str = "refuse",
     ramp: float = 0.0,
 ) -> Workload:
     kind, _, arg = text.partition(":")
@@ -66,10 +69,10 @@ def parse_workload(
         )
         n = len(trace.requests)
         desc = (
-            f"trace {trace.name}: {n} requests over {trace.duration:.0f} s; lengths: {trace.mapping} "
-            f"({trace.prompts_clipped} prompts and {trace.outputs_clipped} outputs clipped)"
+            f"trace {trace.name}: {n} requests over {trace.duration:.0f} s; lengths: {trace.mapping}: "
+            f"{trace.changes.describe()}"
         )
-        return Workload(trace.name, trace.requests, desc)
+        return Workload(trace.name, trace.requests, desc, trace.mapping, trace.changes)
     raise ValueError(
         f"--workload {text!r}: use simple:RATE, complex:RATE (RATE in req/s or like 2.4x) or trace:PATH"
     )
@@ -102,24 +105,20 @@ def planner_config(
     startup_s: float | None,
     **overrides: Any,
 ) -> PlannerConfig:
-    """The planner's settings for a workload: targets from the SLO, lead time from start-up."""
+    """The planner's settings for a workload: targets from the SLO (the per-token latency it allows the
+    p95 output, planned at 0.6 of it), lead time from start-up."""
     prompt = sum(r.prompt_tokens for r in requests) / max(len(requests), 1)
     outputs = [n for r in requests for n in r.output_tokens]
     output = sum(outputs) / max(len(outputs), 1)
     startup = profile.startup_s if startup_s is None else startup_s
-    # The per-token latency the SLOs allow: the per-token SLO itself, and for a request-latency SLO
-    # that latency spread over the longest outputs (p95 of the choices' lengths).
-    allowed = [slo.per_token_s] if "pertoken" in slo.attain or "request" not in slo.attain else []
-    if "request" in slo.attain and outputs:
-        allowed.append(slo.request_s / sorted(outputs)[int(0.95 * (len(outputs) - 1))])
-    per_token = min(allowed)
+    long_output = sorted(outputs)[int(0.95 * (len(outputs) - 1))] if outputs else 1.0
     cfg = PlannerConfig(
         profile=profile,
-        per_token_target_s=per_token * 0.6,
-        per_token_slo_s=per_token,
-        ttft_slo_s=slo.ttft_s,
+        per_token_target_s=slo.per_token_allowed(long_output) * 0.6,
+        slo=slo,
         prompt_tokens=prompt,
         output_tokens=output,
+        long_output_tokens=long_output,
         lead_s=startup + loop_interval,
     )
     return replace(cfg, **overrides)

@@ -1,23 +1,30 @@
 """The oracle: a lower bound on GPU-seconds for a trace, with perfect knowledge and instant pods.
 
-Time is cut into intervals of ``interval`` seconds. For each interval the oracle finds the fewest
-replicas n (at least ``min_replicas``) such that, with n ready replicas throughout, the requests that
-arrive in the interval meet the SLO at the ``target`` attainment. Each candidate n is checked by
-simulating, on n fixed replicas, the requests arriving from ``warmup`` seconds before the interval to
-its end (the warm-up fills the engines with the load in flight, as it would be) and scoring only the
-interval's own requests. The bound is the sum of n x interval length (the last interval up to
-the last arrival): replicas appear and vanish
-at interval edges at no cost (zero start-up delay, no draining), and each interval is given exactly
-what it needs. Attainment falls as n falls, so the search walks down (or up) from the previous
-interval's answer.
+The SLO (:class:`nlgsim.slo.SLO`) says what to meet: ``target`` of the feasible requests within its
+limits, in every ``interval_s``. Requests that miss it even alone on an idle replica
+(:mod:`nlgsim.feasibility`) are left out of every interval's score: no replica count serves them,
+and charging an interval for them would make the bound depend on how many happen to fall in it.
+They stay in the simulated load, which they do slow down.
 
-An interval where even ``max_replicas`` miss the target is **unattainable**: no policy within the
-bounds meets the SLO there, so there is no "least that meets it" to charge. Charging the cap (as the
-search would by running into it) is not a lower bound: a policy may use fewer replicas there and
-miss by the same or a little more, and then come out below the "bound". Such an interval is charged
-``min_replicas``, the least any policy could use in it, and listed in ``unattainable`` so a report
-can say how much of the trace no policy can serve at the target. The bound stays a lower bound on
-GPU-seconds for any policy that meets the target in every attainable interval.
+For each interval the oracle finds the fewest replicas n, within the policies' ``min_replicas`` and
+``max_replicas``, such that with n ready replicas throughout, the interval's feasible requests meet
+the target. Each candidate n is checked by simulating, on n fixed replicas, the requests arriving
+from ``warmup`` seconds before the interval to its end (the warm-up fills the engines with the load
+in flight, as it would be) and scoring only the interval's own. The bound is the sum of n x interval
+length (the last interval up to the last arrival): replicas appear and vanish at interval edges at no
+cost (zero start-up delay, no draining), and each interval is given exactly what it needs. The search
+tries n = min, min + 1, ... and takes the first that meets the target, not the first found walking
+from the previous interval's answer: attainment is not quite monotone in n (round-robin puts requests
+on other replicas at each count), and a walk would make an interval's answer depend on its
+neighbours, so that adding load could lower it.
+
+With every feasible request alone on a replica each meets the SLO, so an interval can fall short
+only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the
+bounds: no policy meets the target there, so there is no "least that meets it" to charge. Charging the
+cap is not a lower bound (a policy may use fewer replicas and miss by as much); it is charged
+``min_replicas``, the least any policy could use, and listed in ``unattainable``. The bound is a lower
+bound on GPU-seconds for any policy within the bounds that meets the target in every attainable
+interval.
 
 A policy pays for a pod from its creation, ``startup_s`` before it is ready; the oracle does not.
 :meth:`OracleResult.gpu_seconds_with_startup` is the same schedule for a clairvoyant scaler that
@@ -30,27 +37,35 @@ trace this is the bound a real scaler can approach; the zero start-up one it can
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
+from nlgsim.feasibility import infeasible
 from nlgsim.profile import EngineProfile
-from nlgsim.results import SLO, request_table, violations
+from nlgsim.results import request_table, violations
 from nlgsim.simulator import Scenario, simulate
+from nlgsim.slo import SLO
 from nlgsim.workload import Request
 
 
 def _attainment(
-    profile: EngineProfile, requests: list[Request], first: int, replicas: int, slo: SLO, routing: str
+    profile: EngineProfile,
+    requests: list[Request],
+    scored: npt.NDArray[np.bool_],
+    replicas: int,
+    *,
+    slo: SLO,
+    routing: str,
 ) -> float:
-    """Attainment of ``requests[first:]`` when all of ``requests`` run on ``replicas`` fixed replicas."""
+    """Attainment of the requests ``scored`` marks when all of ``requests`` (in arrival order) run on
+    ``replicas`` fixed replicas."""
     log = simulate(Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing))
-    missed = violations(request_table(log), slo)
-    bad = np.zeros(len(requests), dtype=bool)
-    for a in slo.attain:
-        bad |= missed[a]
-    return 1.0 - float(bad[first:].sum()) / (len(requests) - first)
+    bad = slo.missed(violations(request_table(log), slo))
+    return 1.0 - float((bad & scored).sum()) / max(int(scored.sum()), 1)
 
 
 @dataclass(frozen=True)
@@ -63,6 +78,10 @@ class OracleResult:
     """The last arrival: where the bound stops counting."""
     unattainable: tuple[int, ...] = ()
     """Intervals where ``max_replicas`` replicas miss the target (charged ``min_replicas``)."""
+    attainment: tuple[float, ...] = ()
+    """Each interval's attainment over its feasible requests with its replicas; NaN without any."""
+    infeasible: int = 0
+    """Requests that miss the SLO even alone on an idle replica, left out of every score."""
 
     def gpu_seconds_since(self, since: float) -> float:
         """The bound over ``[since, last arrival]``, intervals cut at ``since``."""
@@ -109,59 +128,71 @@ def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: floa
     return spans
 
 
+def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> int | None:
+    """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target``; None if ``cap`` misses."""
+    if score(cap) < target:
+        return None
+    return next(n for n in range(floor, cap + 1) if score(n) >= target)
+
+
 def oracle(
     profile: EngineProfile,
     requests: Sequence[Request],
     slo: SLO,
     *,
-    target: float = 0.99,
-    interval: float = 30.0,
     warmup: float = 60.0,
     min_replicas: int = 1,
     max_replicas: int = 256,
     routing: str = "round-robin",
     progress: Callable[[float], None] | None = None,
 ) -> OracleResult:
-    reqs = sorted(requests, key=lambda r: r.arrival)
+    """The fewest replicas per ``slo.interval_s`` that meet ``slo.target`` over the feasible requests."""
+    floor = max(min_replicas, 1)
+    if floor > max_replicas:
+        raise ValueError(f"min_replicas = {min_replicas} is above max_replicas = {max_replicas}")
+    interval = slo.interval_s
+    reqs = sorted(requests, key=lambda r: (r.arrival, r.id))
+    feasible = ~infeasible(profile, reqs, slo)
     arrivals = np.array([r.arrival for r in reqs])
     horizon = float(arrivals[-1]) if len(reqs) else 0.0
     count = int(horizon // interval) + 1
     answer: list[int] = []
+    attained: list[float] = []
     unattainable: list[int] = []
-    n = max(min_replicas, 1)
     for i in range(count):
-        t0, t1 = i * interval, (i + 1) * interval
-        lo, hi = np.searchsorted(arrivals, [t0 - warmup, t0]), np.searchsorted(arrivals, t1)
-        window = reqs[int(lo[0]) : int(hi)]
-        scored = int(hi) - int(lo[1])
-        if scored == 0:
-            answer.append(min_replicas)
-            continue
-        base = window[0].arrival
-        shifted = [replace(r, arrival=r.arrival - base) for r in window]
-        first_scored = len(window) - scored
-
-        def meets(k: int, shifted: list[Request] = shifted, first: int = first_scored) -> bool:
-            return _attainment(profile, shifted, first, k, slo, routing) >= target
-
-        floor = max(min_replicas, 1)
-        n = max(n, floor)
-        if meets(n):
-            while n > floor and meets(n - 1):
-                n -= 1
-            answer.append(n)
-        elif meets(max_replicas):
-            n += 1
-            while not meets(n):
-                n += 1
-            answer.append(n)
-        else:
-            # Nothing within the bounds meets the target here: charge what the cheapest policy could
-            # use (see the module's docstring); the next interval's search starts where this one did.
-            unattainable.append(i)
+        lo, first, hi = (
+            int(x) for x in np.searchsorted(arrivals, [i * interval - warmup, i * interval, (i + 1) * interval])
+        )
+        scored = np.zeros(hi - lo, dtype=bool)
+        scored[first - lo :] = feasible[first:hi]
+        if not scored.any():
             answer.append(floor)
+            attained.append(float("nan"))
+        else:
+            base = reqs[lo].arrival
+            shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
+            # Each count is simulated once, however often the search asks for it.
+            score = functools.cache(functools.partial(_attainment, profile, shifted, scored, slo=slo, routing=routing))
+            found = _fewest(score, floor, max_replicas, slo.target)
+            if found is None:
+                # Nothing within the bounds meets the target here: charge what the cheapest policy could
+                # use (see the module's docstring).
+                unattainable.append(i)
+                answer.append(floor)
+                attained.append(score(max_replicas))
+            else:
+                answer.append(found)
+                attained.append(score(found))
         if progress is not None:
             progress((i + 1) / count)
     # The last interval is charged only up to the last arrival.
     gpu = sum(answer[:-1]) * interval + answer[-1] * (horizon - (count - 1) * interval)
-    return OracleResult(interval, tuple(answer), float(gpu), horizon, tuple(unattainable))
+    return OracleResult(
+        interval,
+        tuple(answer),
+        float(gpu),
+        horizon,
+        tuple(unattainable),
+        tuple(attained),
+        int((~feasible).sum()),
+    )

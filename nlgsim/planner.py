@@ -11,14 +11,16 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    the least-squares trend of the last ``trend_window_s`` of demand, never below demand now;
 4. divides by what one replica carries within the per-token target according to the profile
    (``nlgsim.capacity.choices_per_second``) times ``headroom``;
-5. guards the tail: if the window's p99 per-token latency or p99 TTFT is over its SLO while every
-   pod is ready (pods still starting are help already on its way), at least one replica more;
+5. guards the tail: if the window's per-token latency or TTFT at the SLO's quantile (p99 for a 0.99
+   target) is over what the SLO allows while every pod is ready (pods still starting are help
+   already on its way), at least one replica more;
 6. then the live autoscaler's own steps, imported: ``stabilize`` (scale-down waits for the
    ``stabilization_window``), ``rate_limit`` and ``bounds``.
 
 It has the live policy's shape, ``decide(window, spec, state, now) -> (Decision, state)``, pure, and
 its state offers ``replicas`` and ``with_replicas``. It reads ``spec`` for bounds, stabilization and
-rate limits; its targets come from :class:`PlannerConfig`. To run in the autoscaler it would move to
+rate limits; its targets come from :class:`PlannerConfig`, whose SLO is the one object the report and
+the oracle judge it by (:class:`nlgsim.slo.SLO`). To run in the autoscaler it would move to
 ``autoscaler/`` as a third ``scaler.type`` whose config names the profile file.
 """
 
@@ -33,20 +35,22 @@ from autoscaler.decide import Decision, bounds, rate_limit, stabilize
 from nlgsim.capacity import choices_per_second
 from nlgsim.policy import Policy
 from nlgsim.profile import EngineProfile
+from nlgsim.slo import SLO
 
 
 @dataclass(frozen=True)
 class PlannerConfig:
     profile: EngineProfile
     per_token_target_s: float
-    """Planned per-token latency (the step estimate); the p99 guard uses ``per_token_slo_s``."""
-    per_token_slo_s: float
-    ttft_slo_s: float
+    """Planned per-token latency (the step estimate); the tail guard uses what ``slo`` allows."""
+    slo: SLO
     prompt_tokens: float
     """Mean prompt tokens of a request. The pods' token counters are not in the autoscaler's
     ``PodSample``, so the mix is configured (the what-if CLI takes it from the trace it replays)."""
     output_tokens: float
     """Mean generated tokens of a choice."""
+    long_output_tokens: float
+    """A long choice's tokens (the p95): a request-latency limit spread over them is a per-token one."""
     lead_s: float
     headroom: float = 0.85
     trend_window_s: float = 60.0
@@ -103,9 +107,11 @@ def planner_decide(
     )
     want = math.ceil(planned / (per_replica * cfg.headroom)) if planned > 0 else 0
     why = f"demand {demand:.3g}/s, planned {planned:.3g}/s, {per_replica:.3g}/s per replica"
+    q = cfg.slo.window_quantile
+    per_token_allowed = cfg.slo.per_token_allowed(cfg.long_output_tokens)
     tail = {
-        "pertoken_p99": (window.latency("pertoken").p99, cfg.per_token_slo_s),
-        "ttft_p99": (window.latency("ttft").p99, cfg.ttft_slo_s),
+        f"pertoken_{q}": (float(getattr(window.latency("pertoken"), q)), per_token_allowed),
+        f"ttft_{q}": (float(getattr(window.latency("ttft"), q)), cfg.slo.ttft_s),
     }
     over = [name for name, (v, target) in tail.items() if math.isfinite(v) and v > target]
     if over and want <= current and window.pods >= current:

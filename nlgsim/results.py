@@ -7,7 +7,9 @@ Per request (all choices counted; a request is as late as its latest choice):
 * per-token latency: the thesis's metric, a choice's latency over its tokens; the request's is its
   worst choice's.
 
-SLO attainment is the share of requests meeting every SLO named in ``SLO.attain``. GPU-seconds are
+SLO attainment is the share of requests meeting every SLO named in ``SLO.attain``, stated twice: over
+the feasible requests (those that meet it alone on an idle replica, :mod:`nlgsim.feasibility`; the
+share a policy can be held to) and over all. GPU-seconds are
 replica-seconds (one GPU a replica), counted from pod creation (start-up included) until the pod is
 gone (drained after deletion) or the run ends (its last request finishes). ``since`` measures a
 steady state: only requests arriving from then on, and GPU-seconds from then on, count.
@@ -21,32 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from nlgsim.feasibility import infeasible
 from nlgsim.simulator import RunLog
-
-SLO_NAMES = ("request", "ttft", "pertoken")
-
-
-@dataclass(frozen=True)
-class SLO:
-    """Latency objectives in seconds; ``attain`` names those attainment requires."""
-
-    request_s: float = 2.0
-    ttft_s: float = 2.0
-    per_token_s: float = 0.05
-    attain: tuple[str, ...] = ("request",)
-
-    def __post_init__(self) -> None:
-        unknown = [a for a in self.attain if a not in SLO_NAMES]
-        if unknown or not self.attain:
-            raise ValueError(f"SLO attain = {self.attain}: name one or more of {', '.join(SLO_NAMES)}")
-
-    def describe(self) -> str:
-        parts = {
-            "request": f"request latency <= {self.request_s * 1000:g} ms",
-            "ttft": f"TTFT <= {self.ttft_s * 1000:g} ms",
-            "pertoken": f"per-token latency <= {self.per_token_s * 1000:g} ms",
-        }
-        return " and ".join(parts[a] for a in self.attain)
+from nlgsim.slo import SLO as SLO
+from nlgsim.slo import SLO_NAMES as SLO_NAMES
 
 
 @dataclass(frozen=True)
@@ -55,6 +35,7 @@ class Summary:
     requests: int
     violations: dict[str, int]
     attainment: float
+    """Over all requests."""
     gpu_seconds: float
     first_scale_s: float
     """Seconds from the first arrival to the first scale-out decision; NaN if it never scaled out."""
@@ -66,6 +47,12 @@ class Summary:
     per_token_p50_s: float
     per_token_p99_s: float
     end_s: float
+    infeasible: int = 0
+    """Requests that miss the SLO even alone on an idle replica."""
+    attainment_feasible: float = 1.0
+    """Over the feasible requests: what ``SLO.target`` is compared with."""
+    intervals_below_target: int = 0
+    """Intervals of ``SLO.interval_s`` whose feasible requests fall short of ``SLO.target``."""
 
     def row(self) -> dict[str, str]:
         """Cells of the report's table."""
@@ -79,6 +66,8 @@ class Summary:
             "TTFT viol": str(self.violations["ttft"]),
             "per-tok viol": str(self.violations["pertoken"]),
             "attain %": f"{self.attainment * 100:.2f}",
+            "feasible attain %": f"{self.attainment_feasible * 100:.2f}",
+            "intervals < target": str(self.intervals_below_target),
             "GPU-s": f"{self.gpu_seconds:.0f}",
             "first scale s": "-" if math.isnan(self.first_scale_s) else f"{self.first_scale_s:.0f}",
             "max pods": str(self.max_replicas),
@@ -113,11 +102,23 @@ def request_table(log: RunLog) -> RequestTable:
 
 def violations(table: RequestTable, slo: SLO) -> dict[str, npt.NDArray[np.bool_]]:
     """Per request, whether it missed each SLO."""
-    return {
-        "request": table.latency > slo.request_s,
-        "ttft": table.ttft > slo.ttft_s,
-        "pertoken": table.per_token > slo.per_token_s,
-    }
+    return slo.misses(table.latency, table.ttft, table.per_token)
+
+
+def interval_attainment(
+    arrival: npt.NDArray[np.float64], missed: npt.NDArray[np.bool_], feasible: npt.NDArray[np.bool_], slo: SLO
+) -> npt.NDArray[np.float64]:
+    """Attainment over the feasible requests of each interval of ``slo.interval_s`` from time 0.
+
+    NaN for an interval without feasible requests (nothing to attain).
+    """
+    if not len(arrival):
+        return np.zeros(0)
+    bins = (arrival // slo.interval_s).astype(np.int64)
+    count = np.bincount(bins, weights=feasible.astype(float))
+    met = np.bincount(bins, weights=(feasible & ~missed).astype(float))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(count > 0, met / np.maximum(count, 1), np.nan)
 
 
 def first_scale_out(log: RunLog) -> float:
@@ -141,16 +142,16 @@ def billed_seconds(log: RunLog, since: float = 0.0) -> float:
 
 def summarize(log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0) -> Summary:
     table = request_table(log)
+    feasible = ~infeasible(log.scenario.profile, [s.request for s in log.states], slo)
     if since > 0:
         keep = table.arrival >= since
-        table = RequestTable(
-            *(getattr(table, f)[keep] for f in ("arrival", "latency", "ttft", "per_token", "replica"))
-        )
+        table = RequestTable(*(getattr(table, f)[keep] for f in ("arrival", "latency", "ttft", "per_token", "replica")))
+        feasible = feasible[keep]
     missed = violations(table, slo)
-    bad = np.zeros(len(table.arrival), dtype=bool)
-    for a in slo.attain:
-        bad |= missed[a]
+    bad = slo.missed(missed)
     n = len(table.arrival)
+    n_feasible = int(feasible.sum())
+    per_interval = interval_attainment(table.arrival, bad, feasible, slo)
 
     def pct(x: npt.NDArray[np.float64], q: float) -> float:
         return float(np.percentile(x, q)) if n else math.nan
@@ -170,12 +171,13 @@ def summarize(log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0
         per_token_p50_s=pct(table.per_token, 50),
         per_token_p99_s=pct(table.per_token, 99),
         end_s=log.end,
+        infeasible=n - n_feasible,
+        attainment_feasible=1.0 - float((bad & feasible).sum()) / n_feasible if n_feasible else 1.0,
+        intervals_below_target=int((per_interval < slo.target - 1e-12).sum()),
     )
 
 
-def replicas_over_time(
-    log: RunLog, step: float = 1.0
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
+def replicas_over_time(log: RunLog, step: float = 1.0) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:
     """Pods billed (created, not yet gone) sampled every ``step`` seconds until the run's end."""
     times = np.arange(0.0, log.end + step, step)
     change_t = np.array([c[0] for c in log.pod_changes])

@@ -30,7 +30,8 @@ class SweepPoint:
 
     @property
     def missed(self) -> float:
-        return 1.0 - self.summary.attainment
+        """Share of the feasible requests missing the SLO (the others miss it whatever the policy)."""
+        return 1.0 - self.summary.attainment_feasible
 
 
 def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:

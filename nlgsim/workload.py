@@ -4,8 +4,9 @@ A request is an arrival time, a prompt length and one output length per choice. 
 
 * the thesis's Table 4.2 query types at a Poisson rate (``thesis_requests``);
 * a CSV trace with a timestamp, input tokens and output tokens per row (``load_trace``), such as the
-  Azure LLM inference traces. Their lengths are mapped into GPT-2's 1,024-token window by a
-  ``LengthMap`` (clip, or scale the prompt by a factor), and the mapping reports what it changed.
+  Azure LLM inference traces. A trace whose requests do not all fit the model's context is refused
+  unless a ``LengthMap`` names how to fit them (clip, scale or drop); the trace then reports what the
+  mapping changed.
 """
 
 from __future__ import annotations
@@ -93,45 +94,90 @@ def thesis_requests(
     ]
 
 
+LENGTH_STRATEGIES = {
+    "refuse": "the default: a trace with any request that does not fit the context is refused",
+    "clip": "a request that does not fit keeps its output and loses the end of its prompt",
+    "scale:F": "every prompt is multiplied by F (0 < F <= 1, rounded, at least 1 token); those still "
+    "too long are clipped",
+    "drop": "a request that does not fit is left out",
+}
+"""``--map-lengths`` values and what each does (docs/simulator.md lists the same, tied by a test)."""
+
+
 @dataclass(frozen=True)
 class LengthMap:
-    """How trace lengths become lengths the model can serve.
+    """How trace lengths become lengths the model serves: one of ``LENGTH_STRATEGIES``.
 
-    ``clip``: outputs are capped at ``max_output``, then prompts at ``max_context - output``.
-    ``scale``: prompts are multiplied by ``factor`` (rounded, at least 1) first, then clipped the same
-    way, so only the few prompts still too long are cut.
+    A request fits when prompt + output <= ``max_context``. An output longer than the context allows
+    (``max_context - 1``, or ``max_output`` when set) is capped by ``clip`` and ``scale``, which then
+    clip the prompt to what is left.
     """
 
-    mode: str = "scale"
-    factor: float = 0.125
+    mode: str = "refuse"
+    factor: float = 1.0
     max_context: int = 1024
-    max_output: int = 512
+    max_output: int | None = None
+    """Outputs capped at this many tokens in every strategy (a shorter replay), when set."""
 
     @classmethod
     def parse(cls, text: str, max_context: int = 1024) -> LengthMap:
-        """``clip`` or ``scale:F`` (``scale`` alone means F = 0.125)."""
-        mode, _, arg = text.partition(":")
-        if mode == "clip" and not arg:
-            return cls("clip", 1.0, max_context)
-        if mode == "scale":
-            factor = float(arg) if arg else 0.125
+        """``refuse``, ``clip``, ``drop`` or ``scale:F``."""
+        mode, sep, arg = text.partition(":")
+        if mode in ("refuse", "clip", "drop") and not sep:
+            return cls(mode, 1.0, max_context)
+        if mode == "scale" and arg:
+            try:
+                factor = float(arg)
+            except ValueError:
+                factor = math.nan
             if not 0 < factor <= 1:
-                raise ValueError(f"--lengths scale:{arg}: the factor must be in (0, 1]")
+                raise ValueError(f"--map-lengths scale:{arg}: F must be a number in (0, 1], e.g. scale:0.125")
             return cls("scale", factor, max_context)
-        raise ValueError(f"--lengths = {text!r}: use 'clip' or 'scale:F' with 0 < F <= 1 (e.g. scale:0.125)")
+        raise ValueError(
+            f"--map-lengths = {text!r}: use one of {', '.join(LENGTH_STRATEGIES)} (e.g. scale:0.125)"
+        )
 
-    def apply(self, prompt: int, output: int) -> tuple[int, int]:
-        out = max(1, min(output, self.max_output, self.max_context - 1))
-        p = max(1, round(prompt * self.factor)) if self.mode == "scale" else max(1, prompt)
+    def apply(self, prompt: int, output: int) -> tuple[int, int] | None:
+        """The lengths served, or None for a request that does not fit and is refused or dropped."""
+        out = min(output, self.max_output) if self.max_output is not None else output
+        p = max(1, round(prompt * self.factor)) if self.mode == "scale" else prompt
+        if p + out <= self.max_context:
+            return p, out
+        if self.mode in ("refuse", "drop"):
+            return None
+        out = min(out, self.max_context - 1)
         return min(p, self.max_context - out), out
 
     def describe(self) -> str:
-        if self.mode == "scale":
-            return (
-                f"prompt x {self.factor:g}, output capped at {self.max_output}, "
-                f"prompt then clipped to {self.max_context} - output"
-            )
-        return f"output capped at {self.max_output}, prompt clipped to {self.max_context} - output"
+        cap = f", outputs capped at {self.max_output}" if self.max_output is not None else ""
+        return f"--map-lengths {self.text} ({LENGTH_STRATEGIES[self.key]}; context {self.max_context}{cap})"
+
+    @property
+    def key(self) -> str:
+        return "scale:F" if self.mode == "scale" else self.mode
+
+    @property
+    def text(self) -> str:
+        return f"scale:{self.factor:g}" if self.mode == "scale" else self.mode
+
+
+@dataclass(frozen=True)
+class MappingCounts:
+    """What a ``LengthMap`` did to the requests of a trace window."""
+
+    read: int = 0
+    scaled: int = 0
+    """Prompts multiplied by the ``scale`` factor."""
+    prompts_clipped: int = 0
+    """Prompts cut (after scaling) to fit beside their output."""
+    outputs_capped: int = 0
+    dropped: int = 0
+
+    def describe(self) -> str:
+        return (
+            f"{self.read} requests read: {self.scaled} prompts scaled, {self.prompts_clipped} prompts clipped, "
+            f"{self.outputs_capped} outputs capped, {self.dropped} dropped"
+        )
 
 
 @dataclass(frozen=True)
@@ -139,8 +185,7 @@ class Trace:
     name: str
     requests: list[Request]
     mapping: str
-    prompts_clipped: int
-    outputs_clipped: int
+    changes: MappingCounts
 
     @property
     def duration(self) -> float:
@@ -202,19 +247,33 @@ def load_trace(
                 rows.append((_seconds(row[ti]), int(row[ii]), int(row[oi])))
             except (ValueError, IndexError) as e:
                 raise ValueError(f"{path}:{lineno}: cannot read {row!r} ({e})") from None
+            if rows[-1][1] < 1 or rows[-1][2] < 1:
+                raise ValueError(f"{path}:{lineno}: input and output tokens must be >= 1, got {row!r}")
     if speed <= 0 or not math.isfinite(speed):
         raise ValueError(f"speed = {speed}, must be a finite number > 0")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0] if rows else 0.0
+    window = [(t - t0 - start, p, o) for t, p, o in rows]
+    window = [w for w in window if w[0] >= 0 and (duration is None or w[0] < duration)]
     requests: list[Request] = []
-    prompts_clipped = outputs_clipped = 0
-    for t, prompt, output in rows:
-        rel = t - t0 - start
-        if rel < 0 or (duration is not None and rel >= duration):
+    scaled = clipped = capped = dropped = 0
+    for rel, prompt, output in window:
+        served = lengths.apply(prompt, output)
+        if served is None:
+            dropped += 1
             continue
-        p, o = lengths.apply(prompt, output)
-        scaled = max(1, round(prompt * lengths.factor)) if lengths.mode == "scale" else prompt
-        prompts_clipped += p < scaled
-        outputs_clipped += o < output
+        p, o = served
+        wanted = max(1, round(prompt * lengths.factor)) if lengths.mode == "scale" else prompt
+        scaled += wanted != prompt
+        clipped += p < wanted
+        capped += o < output
         requests.append(Request(len(requests), rel / speed, p, (o,)))
-    return Trace(path.stem, requests, lengths.describe(), prompts_clipped, outputs_clipped)
+    if lengths.mode == "refuse" and dropped:
+        longest = max(p + o for _, p, o in window)
+        raise ValueError(
+            f"{path.name}: {dropped} of {len(window)} requests do not fit the model's {lengths.max_context}-token "
+            f"context (prompt + output tokens, up to {longest}); choose how to fit them with --map-lengths "
+            "clip, scale:F or drop (docs/simulator.md, 'Fitting lengths into the context')"
+        )
+    counts = MappingCounts(len(window), scaled, clipped, capped, dropped)
+    return Trace(path.stem, requests, lengths.describe(), counts)

@@ -21,10 +21,10 @@ PROFILE = paper_profile(max_batch=16, startup_s=20.0)
 CFG = PlannerConfig(
     profile=PROFILE,
     per_token_target_s=0.02,
-    per_token_slo_s=0.05,
-    ttft_slo_s=1.0,
+    slo=SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken")),
     prompt_tokens=34,
     output_tokens=30,
+    long_output_tokens=34,
     lead_s=25.0,
 )
 SPEC = ScalerSpec(max_deployment_count=10, stabilization_window=60)
@@ -102,7 +102,8 @@ def test_no_pods_reporting_holds():
 
 
 def test_scale_down_waits_for_the_stabilization_window_and_bounds_apply():
-    p = Planner(6, spec=replace(SPEC, min_deployment_count=2))
+    # select: max removes 100% at once (the default, min, removes one pod a minute)
+    p = Planner(6, spec=replace(SPEC, min_deployment_count=2, scale_down=replace(SPEC.scale_down, select="max")))
     high = p.at(0, window(30))
     assert high >= 6
     assert p.at(30, window(0.1)) == high  # within the 60 s window of a high proposal

@@ -61,7 +61,7 @@ def test_oracle_gives_each_interval_the_fewest_replicas_that_meet_the_slo():
     ]
     reqs.sort(key=lambda r: r.arrival)
     slo = SLO(request_s=2.0)
-    bound = oracle(profile, reqs, slo, interval=30.0, warmup=30.0, target=0.99)
+    bound = oracle(profile, reqs, slo, warmup=30.0)
     assert bound.replicas[0] == 1  # light load: the minimum
     assert min(bound.replicas[2:4]) >= 2  # the busy minute needs more
     # Each busy interval's answer is the least that works: one replica fewer misses the target.
@@ -74,14 +74,15 @@ def test_oracle_gives_each_interval_the_fewest_replicas_that_meet_the_slo():
     busy_window = [r for r in reqs if 60.0 <= r.arrival < 90.0]
     shifted = [r.__class__(r.id, r.arrival - 60.0, r.prompt_tokens, r.output_tokens) for r in busy_window]
     n = bound.replicas[2]
-    assert _attainment(profile, shifted, 0, n, slo, "round-robin") >= 0.99 or n == 256
-    assert _attainment(profile, shifted, 0, n - 1, slo, "round-robin") < 0.99 + 1e-9 or n == 1
+    every = np.ones(len(shifted), dtype=bool)
+    assert _attainment(profile, shifted, every, n, slo=slo, routing="round-robin") >= 0.99 or n == 256
+    assert _attainment(profile, shifted, every, n - 1, slo=slo, routing="round-robin") < 0.99 or n == 1
     assert bound.at(75.0) == n
 
 
 def test_oracle_of_an_idle_stretch_is_the_minimum():
     reqs = [req(0, 0.0), req(1, 100.0)]
-    bound = oracle(paper_profile(), reqs, SLO(), interval=30.0, min_replicas=1)
+    bound = oracle(paper_profile(), reqs, SLO(), min_replicas=1)
     assert bound.replicas == (1, 1, 1, 1)
     assert bound.gpu_seconds == pytest.approx(100.0)
     assert not math.isnan(float(np.sum(bound.replicas)))
@@ -96,7 +97,7 @@ def test_a_warm_up_is_left_out_of_attainment_and_gpu_seconds():
     assert (whole.requests, whole.attainment) == (2, 0.5)
     assert (steady.requests, steady.attainment) == (1, 1.0)
     assert steady.gpu_seconds == pytest.approx(2 * (log.end - 5.0))
-    bound = oracle(paper_profile(), reqs, SLO(), interval=4.0)
+    bound = oracle(paper_profile(), reqs, SLO(interval_s=4.0))
     assert bound.gpu_seconds_since(5.0) == pytest.approx(bound.gpu_seconds - 5.0)  # one replica from 5 to 10
 
 
@@ -106,7 +107,7 @@ def test_an_interval_no_replica_count_can_serve_is_charged_the_minimum_not_the_c
     slo = SLO(ttft_s=0.5, attain=("ttft",))
     burst = [req(1 + i, 30.0 + 0.05 * i, 10, 100) for i in range(20)]  # 22 s of work in one second
     reqs = [req(0, 0.0, 10, 100), *burst, req(99, 65.0, 10, 100)]
-    bound = oracle(profile, reqs, slo, interval=30.0, max_replicas=2)
+    bound = oracle(profile, reqs, slo, max_replicas=2)
     # From 30 s even the cap, 2 replicas, leaves most of the burst waiting over 0.5 s: no policy within
     # the bounds meets 99% there. The old search stopped at the cap and charged it, 2 replicas; a policy
     # staying at 1 then used fewer GPU-seconds than the "lower bound".

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from nlgsim.workload import COMPLEX, SIMPLE, LengthMap, load_trace, thesis_requests
+from nlgsim.workload import (
+    COMPLEX,
+    LENGTH_STRATEGIES,
+    SIMPLE,
+    LengthMap,
+    MappingCounts,
+    load_trace,
+    thesis_requests,
+)
 
 TRACES = Path("/work/shared/traces")
 
@@ -33,24 +42,88 @@ def test_same_seed_same_requests_other_seed_other_requests():
 @pytest.mark.parametrize(
     ("mapping", "prompt", "output", "want"),
     [
+        ("refuse", 100, 20, (100, 20)),
+        ("refuse", 1010, 20, None),  # does not fit: refused
+        ("drop", 1004, 20, (1004, 20)),  # exactly fits
+        ("drop", 1005, 20, None),
         ("clip", 100, 20, (100, 20)),
-        ("clip", 5000, 20, (1004, 20)),  # prompt cut to 1024 - output
-        ("clip", 5000, 900, (512, 512)),  # output capped at 512 first
+        ("clip", 5000, 20, (1004, 20)),  # the output kept, the prompt cut to what is left
+        ("clip", 5000, 900, (124, 900)),
+        ("clip", 10, 5000, (1, 1023)),  # an output longer than the context is capped, one prompt token
         ("scale:0.125", 4000, 20, (500, 20)),
         ("scale:0.125", 4, 20, (1, 20)),  # at least one token
         ("scale:0.5", 4000, 100, (924, 100)),  # scaled to 2000, then clipped
-        ("scale", 800, 10, (100, 10)),  # scale alone is 1/8
     ],
-    ids=["fits", "clip-prompt", "clip-output", "scale", "scale-min-1", "scale-then-clip", "default-factor"],
-)
+    ids=[
+        "refuse-fits", "refuse", "drop-fits", "drop", "clip-fits", "clip-prompt", "clip-long-output",
+        "clip-output-over-context", "scale", "scale-min-1", "scale-then-clip",
+    ],
+)  # fmt: skip
 def test_length_maps(mapping, prompt, output, want):
     assert LengthMap.parse(mapping).apply(prompt, output) == want
 
 
-@pytest.mark.parametrize("bad", ["cut", "scale:0", "scale:2", "clip:3"])
-def test_length_map_errors_say_what_is_allowed(bad):
-    with pytest.raises(ValueError, match="clip' or 'scale:F'|factor must be in"):
+@pytest.mark.parametrize("bad", ["cut", "scale", "scale:0", "scale:2", "scale:x", "clip:3", "drop:1"])
+def test_length_map_errors_name_the_flag_and_the_strategies(bad):
+    with pytest.raises(ValueError, match="--map-lengths") as e:
         LengthMap.parse(bad)
+    assert "scale:0.125" in str(e.value)
+
+
+def test_the_documented_strategies_are_the_codes():
+    doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
+    table = re.findall(r"^\| `([a-z:F]+)` \| (.+) \|$", doc.split("### Fitting lengths into the context")[1], re.M)
+    assert {name for name, _ in table} == set(LENGTH_STRATEGIES)
+    for name, text in table:
+        assert text == LENGTH_STRATEGIES[name]
+
+
+def _long_trace(tmp_path: Path) -> Path:
+    """Six requests: three fit GPT-2's 1,024 tokens as they are, three do not."""
+    path = tmp_path / "long.csv"
+    path.write_text(
+        "timestamp,input_tokens,output_tokens\n"
+        "0,100,10\n1,3000,5\n2,900,100\n3,1000,24\n4,8000,2\n5,500,2000\n"
+    )
+    return path
+
+
+def test_a_trace_that_does_not_fit_is_refused_by_default_with_the_count_and_the_flag(tmp_path):
+    with pytest.raises(ValueError) as e:
+        load_trace(_long_trace(tmp_path))
+    message = str(e.value)
+    assert "3 of 6 requests do not fit the model's 1024-token context" in message
+    assert "--map-lengths clip, scale:F or drop" in message
+    assert str(tmp_path) not in message  # the file's name, not where it lies
+    # A window that fits loads as it is.
+    trace = load_trace(_long_trace(tmp_path), duration=1.0)
+    assert [(r.prompt_tokens, r.output_tokens) for r in trace.requests] == [(100, (10,))]
+    assert trace.changes == MappingCounts(read=1)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "want", "counts"),
+    [
+        ("drop", [(100, 10), (900, 100), (1000, 24)], MappingCounts(read=6, dropped=3)),
+        (
+            "clip",
+            [(100, 10), (1019, 5), (900, 100), (1000, 24), (1022, 2), (1, 1023)],
+            MappingCounts(read=6, prompts_clipped=3, outputs_capped=1),
+        ),
+        (
+            "scale:0.25",
+            [(25, 10), (750, 5), (225, 100), (250, 24), (1022, 2), (1, 1023)],
+            MappingCounts(read=6, scaled=6, prompts_clipped=2, outputs_capped=1),
+        ),
+    ],
+    ids=["drop", "clip", "scale"],
+)
+def test_each_strategy_reports_what_it_changed(tmp_path, mapping, want, counts):
+    trace = load_trace(_long_trace(tmp_path), LengthMap.parse(mapping))
+    assert [(r.prompt_tokens, r.output_tokens[0]) for r in trace.requests] == want
+    assert [r.id for r in trace.requests] == list(range(len(want)))
+    assert trace.changes == counts
+    assert f"--map-lengths {mapping}" in trace.mapping
 
 
 def test_any_csv_with_time_input_and_output_columns(tmp_path):
@@ -62,7 +135,7 @@ def test_any_csv_with_time_input_and_output_columns(tmp_path):
         (1.0, 984, (40,)),
         (2.5, 100, (7,)),
     ]
-    assert trace.prompts_clipped == 1 and trace.outputs_clipped == 0
+    assert trace.changes.prompts_clipped == 1 and trace.changes.outputs_capped == 0
     fast = load_trace(path, LengthMap.parse("clip"), speed=2.0, start=0.5)
     assert [r.arrival for r in fast.requests] == [0.25, 1.0]
 
@@ -76,11 +149,13 @@ def test_a_csv_without_the_columns_names_the_accepted_names(tmp_path):
 
 @pytest.mark.skipif(not TRACES.exists(), reason="needs ../shared/traces")
 def test_azure_trace_window():
+    with pytest.raises(ValueError, match="requests do not fit"):
+        load_trace(TRACES / "azure2023_code.csv", duration=60)
     trace = load_trace(TRACES / "azure2023_code.csv", LengthMap.parse("scale:0.125"), duration=60)
     assert trace.requests[0].arrival == 0.0
     assert trace.duration < 60
     assert all(r.prompt_tokens + r.output_tokens[0] <= 1024 for r in trace.requests)
-    assert "prompt x 0.125" in trace.mapping
+    assert trace.changes.scaled == trace.changes.read == len(trace.requests)
 
 
 def test_a_ramp_rises_linearly_then_holds_the_rate():

@@ -138,3 +138,31 @@ def test_errors_exit_2_and_say_how_to_fix(profile_file, capsys):
     assert "nlgsim profile --out" in capsys.readouterr().err
     assert main(["run", "--profile", str(profile_file), "--workload", "medium:1"]) == 2
     assert "simple:RATE" in capsys.readouterr().err
+
+
+def test_a_trace_longer_than_the_context_is_refused_until_a_mapping_is_named(profile_file, tmp_path, capsys):
+    trace = tmp_path / "long.csv"
+    rows = [f"{0.5 * i},{3000 if i % 3 == 0 else 200},{2 if i % 3 == 0 else 20}" for i in range(60)]
+    trace.write_text("timestamp,input_tokens,output_tokens\n" + "\n".join(rows) + "\n")
+    args = ["run", "--profile", str(profile_file), "--workload", f"trace:{trace}", "--policy", "fixed:2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "20 of 60 requests do not fit the model's 1024-token context" in err
+    assert "--map-lengths clip, scale:F or drop" in err and "Traceback" not in err
+    out = tmp_path / "out"
+    slo = ["--slo-ttft-ms", "1000", "--slo-pertoken-ms", "50", "--attain", "ttft,pertoken"]
+    assert main([*args, "--map-lengths", "clip", *slo, "--oracle", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "--map-lengths clip" in text and "20 prompts clipped" in text
+    # The clipped prompts (1,022 tokens, 2 out) miss 50 ms a token even alone: infeasible.
+    assert "20 of 60 requests (33.33%) miss the SLO even alone" in text
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["mapping_changes"] == {
+        "read": 60, "scaled": 0, "prompts_clipped": 20, "outputs_capped": 0, "dropped": 0
+    }  # fmt: skip
+    assert summary["feasibility"]["infeasible"] == 20
+    assert summary["slo"]["target"] == 0.99 and summary["oracle_unattainable_intervals"] == []
+    (run,) = summary["runs"]
+    assert run["infeasible"] == 20 and run["attainment"] <= 40 / 60 + 1e-12
+    assert main([*args, "--map-lengths", "drop", *slo]) == 0
+    assert "40 requests over" in capsys.readouterr().out

@@ -72,7 +72,8 @@ def test_length_map_errors_name_the_flag_and_the_strategies(bad):
 
 def test_the_documented_strategies_are_the_codes():
     doc = (Path(__file__).parents[2] / "docs" / "simulator.md").read_text()
-    table = re.findall(r"^\| `([a-z:F]+)` \| (.+) \|$", doc.split("### Fitting lengths into the context")[1], re.M)
+    section = doc.split("### Fitting lengths into the context")[1].split("\n#")[0]
+    table = re.findall(r"^\| `([a-z:F]+)` \| (.+) \|$", section, re.M)
     assert {name for name, _ in table} == set(LENGTH_STRATEGIES)
     for name, text in table:
         assert text == LENGTH_STRATEGIES[name]

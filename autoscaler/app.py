@@ -190,12 +190,12 @@ class App:
         if self.config.metrics.port:
             try:
                 self._metrics_server, _ = start_http_server(
-                    self.config.metrics.port, addr=self.config.api.host, registry=self.registry
+                    self.config.metrics.port, addr=self.config.metrics.host, registry=self.registry
                 )
             except OSError as e:
                 if api_socket is not None:
                     api_socket.close()
-                raise _bind_error(self.config.api.host, self.config.metrics.port, "metrics.port",
+                raise _bind_error(self.config.metrics.host, self.config.metrics.port, "metrics.port",
                                   "the autoscaler's /metrics", e) from e  # fmt: skip
         if api_socket is not None:
             app = create_app(self.controller, token, auth=self.config.api.auth)

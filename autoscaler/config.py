@@ -251,12 +251,16 @@ class ApiSpec:
 
 @dataclass(frozen=True)
 class MetricsSpec:
-    """The autoscaler's own ``/metrics``; ``port: 0`` turns it off."""
+    """The autoscaler's own ``/metrics``; ``port: 0`` turns it off. Its own ``host``, apart from the
+    API's: a read-only endpoint that Prometheus scrapes from elsewhere may listen beyond loopback
+    (the chart sets 0.0.0.0) while the API stays on it."""
 
+    host: str = "127.0.0.1"
     port: int = 9100
 
     def validate(self, path: str = "metrics") -> list[str]:
-        return s.port(f"{path}.port", self.port)
+        errors = [*s.non_empty(f"{path}.host", self.host), *s.printable(f"{path}.host", self.host, 253)]
+        return errors + s.port(f"{path}.port", self.port)
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,14 @@ def test_openapi_document_describes_the_listing_6_1_body(api):
     assert "ScalerSpec" in doc["components"]["schemas"]
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert api.get("/healthz").json() == {"status": "ok", "leader": True}
+
+
+def test_the_docs_state_the_limits_the_code_applies():
+    from pathlib import Path
+
+    from autoscaler._schema import MAX_MODEL_NAME
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "autoscaler.md").read_text()
+    assert f"a body over {MAX_BODY_BYTES // 1024} KiB is 413" in text
+    assert f"nests deeper than {MAX_DEPTH} levels" in text
+    assert f"at most {MAX_MODEL_NAME} characters" in text

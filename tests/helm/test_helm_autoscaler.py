@@ -22,6 +22,7 @@ from autoscaler.config import (
     ScalerSpec,
     load_config,
     parse_config,
+    parse_scaler,
     to_dict,
 )
 from autoscaler.reload import ConfigWatcher
@@ -88,8 +89,8 @@ def test_config_points_at_the_releases_objects(render):
     autoscaler = container(pod_spec(rendered.one("Deployment", "-autoscaler")), "autoscaler")
     ports = {p["name"]: p["containerPort"] for p in autoscaler["ports"]}
     assert ports == {"api": config.api.port, "metrics": config.metrics.port}
-    assert config.api.host == "0.0.0.0"
-    assert config.api.token_file == ""
+    assert (config.api.host, config.api.auth) == ("0.0.0.0", "token")
+    assert config.api.token_file == "/var/run/secrets/nlg-autoscaler/token"  # the chart's own Secret
 
 
 def test_api_token_secret_becomes_the_token_file(render):
@@ -192,10 +193,11 @@ def test_sections_the_autoscaler_reloads_do_not_restart_it(render, assignment):
 
 @pytest.mark.parametrize(
     "assignment",
-    ["autoscaler.api.port=8081", "autoscaler.metrics.port=9101", "autoscaler.api.tokenSecret.name=token"],
-)
+    ["autoscaler.api.port=8081", "autoscaler.metrics.port=9101", "autoscaler.api.tokenSecret.name=token",
+     "autoscaler.api.tokenSecret.key=other"],
+)  # fmt: skip
 def test_api_and_metrics_changes_restart_the_autoscaler(render, assignment):
-    """Their ports are bound at start: autoscaler.app applies them only after a restart."""
+    """Their ports are bound and the token read at start: autoscaler.app applies them after a restart."""
     assert restart_checksum(render(*set_args(assignment))) != restart_checksum(render())
 
 
@@ -302,3 +304,27 @@ def test_several_replicas_need_leader_election(helm):
         HelmError, match=r"autoscaler.replicas \(2\) needs autoscaler.leader_election.enabled=true"
     ):
         helm.template(*set_args("autoscaler.replicas=2", "autoscaler.leader_election.enabled=false"))
+
+
+@pytest.mark.parametrize(
+    ("limit", "want"),
+    [
+        ({"select": "max"}, {"selectPolicy": "Max", "policies": [
+            {"type": "Pods", "value": 1, "periodSeconds": 60},
+            {"type": "Percent", "value": 100, "periodSeconds": 60}]}),
+        ({"select": "min", "max_percent": 0}, {"selectPolicy": "Disabled"}),
+        ({"select": "max", "max_percent": 0}, {"selectPolicy": "Max", "policies": [
+            {"type": "Pods", "value": 1, "periodSeconds": 60}]}),
+        ({"select": "min", "max_pods": 2, "max_percent": 10}, {"selectPolicy": "Min", "policies": [
+            {"type": "Pods", "value": 2, "periodSeconds": 60}, {"type": "Percent", "value": 10, "periodSeconds": 60}]}),
+    ],
+    ids=["max", "min-with-a-zero-is-disabled", "max-with-a-zero-keeps-the-other", "min"],
+)  # fmt: skip
+def test_select_becomes_the_hpa_select_policy(render, limit, want):
+    """The same choice as autoscaler.decide.allowed_change, for the keda and hpa modes."""
+    values = {"scaling": {"mode": "hpa"}, "autoscaler": {"policy": {"scale_down": limit}}}
+    behavior = render(values=values).one("HorizontalPodAutoscaler")["spec"]["behavior"]["scaleDown"]
+    assert {k: v for k, v in behavior.items() if k != "stabilizationWindowSeconds"} == want
+    rendered = render(values={"autoscaler": {"policy": {"scale_down": limit}}})
+    config = yaml.safe_load(rendered.config_map_file("-autoscaler", "config.yaml"))
+    assert parse_scaler(config["scaler"]).scale_down.select == limit["select"]

@@ -98,6 +98,7 @@ def test_defaults_render_the_whole_release(render):
         ("ServiceAccount", f"{base}-autoscaler"),
         ("Role", f"{base}-autoscaler"),
         ("RoleBinding", f"{base}-autoscaler"),
+        ("Secret", f"{base}-api-token"),
         ("ConfigMap", f"{base}-dashboard"),
         ("Pod", f"{base}-test-stream"),
     }

@@ -152,7 +152,7 @@ def test_policy_becomes_hpa_behavior(render):
     ]
     assert behavior == {
         "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": up},
-        "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max", "policies": down},
+        "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Min", "policies": down},
     }
 
 

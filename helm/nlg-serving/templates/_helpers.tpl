@@ -59,8 +59,9 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
 {{- $a := .Values.autoscaler }}
 {{- $ns := .Release.Namespace }}
 {{- $triton := include "nlg-serving.triton.name" . }}
+{{- /* With the API on, it always has a token: a named Secret's, or the one autoscaler-token-secret.yaml creates. */}}
 {{- $tokenFile := "" }}
-{{- if $a.api.tokenSecret.name }}{{ $tokenFile = "/var/run/secrets/nlg-autoscaler/token" }}{{ end }}
+{{- if gt (int $a.api.port) 0 }}{{ $tokenFile = "/var/run/secrets/nlg-autoscaler/token" }}{{ end }}
 {{- $config := dict
   "model_id" .Values.model.name
   "scaler" (include "nlg-serving.policy" . | fromYaml)
@@ -84,8 +85,8 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "lease_name" (include "nlg-serving.autoscaler.name" .)
     "namespace" $ns
     "lease_duration" (float64 $a.leader_election.lease_duration))
-  "api" (dict "host" "0.0.0.0" "port" $a.api.port "token_file" $tokenFile)
-  "metrics" (dict "port" $a.metrics.port)
+  "api" (dict "host" "0.0.0.0" "port" $a.api.port "auth" "token" "token_file" $tokenFile)
+  "metrics" (dict "host" "0.0.0.0" "port" $a.metrics.port)
 }}
 {{- toYaml $config }}
 {{- end }}

@@ -123,18 +123,21 @@ Call with (dict "root" $ "metric" "pertoken_mean").
 
 {{/*
 autoscaler.policy as HPA `behavior` (used by the keda and hpa modes): scale_up/scale_down become a
-Pods and a Percent policy per direction (the larger wins, as in the autoscaler), both limits 0
-disables the direction, and stabilization_window is the scale-down window.
+Pods and a Percent policy per direction, `select` their selectPolicy (max: the larger wins, min: the
+smaller, as in the autoscaler); a limit of 0 leaves its policy out, and a direction is Disabled when
+both are 0 (select max) or either is (select min). stabilization_window is the scale-down window.
 */}}
 {{- define "nlg-serving.hpaBehavior" -}}
 {{- $p := include "nlg-serving.policy" . | fromYaml }}
 {{- range $direction, $limit := dict "scaleUp" $p.scale_up "scaleDown" $p.scale_down }}
 {{ $direction }}:
   stabilizationWindowSeconds: {{ ternary 0 (int $p.stabilization_window) (eq $direction "scaleUp") }}
-  {{- if and (eq (float64 $limit.max_pods) 0.0) (eq (float64 $limit.max_percent) 0.0) }}
+  {{- $select := $limit.select | default "max" }}
+  {{- $zeros := add (ternary 1 0 (eq (float64 $limit.max_pods) 0.0)) (ternary 1 0 (eq (float64 $limit.max_percent) 0.0)) }}
+  {{- if or (eq (int $zeros) 2) (and (eq $select "min") (gt (int $zeros) 0)) }}
   selectPolicy: Disabled
   {{- else }}
-  selectPolicy: Max
+  selectPolicy: {{ title $select }}
   policies:
     {{- if gt (float64 $limit.max_pods) 0.0 }}
     - type: Pods

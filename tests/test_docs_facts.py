@@ -1,0 +1,37 @@
+"""Facts the docs state that the code or the repository also holds: each must say the same in both."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _exported_metrics() -> set[str]:
+    source = (ROOT / "triton_backend" / "triton_metrics.py").read_text()
+    return set(re.findall(r'"(nlg_[a-z_]+)"', source))
+
+
+def test_every_metric_the_model_exports_is_documented_and_listed_in_the_readme():
+    exported = _exported_metrics()
+    assert len(exported) >= 10
+    documented = set(re.findall(r"^\| `(nlg_[a-z_]+)` \|", (ROOT / "docs" / "metrics.md").read_text(), re.M))
+    assert exported == documented
+    readme = (ROOT / "README.md").read_text()
+    assert {name for name in exported if f"`{name}" not in readme} == set()
+
+
+def test_the_simulator_docs_list_every_shipped_profile_as_what_it_is():
+    text = (ROOT / "docs" / "simulator.md").read_text()
+    rows = dict(re.findall(r"^\| `([\w.-]+\.json)` \| \*\*(measured|derived)\*\*", text, re.M))
+    shipped = {p.name: json.loads(p.read_text())["source"] for p in (ROOT / "benchmarks" / "profiles").glob("*.json")}
+    assert rows == shipped
+
+
+def test_the_docs_name_the_charts_scaling_mode_key():
+    values = (ROOT / "helm" / "nlg-serving" / "values.yaml").read_text()
+    assert re.search(r"^scaling:\n(?:  .*\n)*?  mode: ", values, re.M)
+    for doc in ("README.md", "docs/autoscaler.md", "docs/helm.md"):
+        assert "autoscaler.mode" not in (ROOT / doc).read_text(), doc

@@ -7,7 +7,8 @@ Public API (imported by the simulator; keep stable):
 
 - :class:`Histogram`, :class:`PodSample`, ``Snapshot = Mapping[str, PodSample]`` (pod id -> sample):
   what one scrape round saw.
-- :class:`WindowAggregator` ``(time_window, stale_after)``: ``record(now, snapshot)``, ``window(now)``.
+- :class:`WindowAggregator` ``(time_window, stale_after)``: ``record(now, snapshot)``, ``window(now)``;
+  :func:`stale_after` gives the one ``stale_after`` the service and the simulator use.
 - :class:`LatencyStats`, :class:`WindowStats`: the result; :func:`latency_stats` builds a
   :class:`LatencyStats` from bucket deltas (the Prometheus source uses it too);
   :func:`quantile` is Prometheus's ``histogram_quantile``.
@@ -36,6 +37,8 @@ from typing import Final
 LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl")
 #: Gauges summed (``waiting``, ``running``) or averaged (``kv_usage``) over fresh pods.
 GAUGES: Final[tuple[str, ...]] = ("waiting", "running", "kv_usage")
+#: Counters whose increase over the window is summed over pods (the planner's mix of lengths).
+COUNTERS: Final[tuple[str, ...]] = ("prompt_tokens", "generation_tokens", "finished")
 
 
 @dataclass(frozen=True)
@@ -53,10 +56,11 @@ class Histogram:
 
 @dataclass(frozen=True)
 class PodSample:
-    """One pod's cumulative histograms (keys from :data:`LATENCY_HISTOGRAMS`) and gauges."""
+    """One pod's cumulative histograms (keys from :data:`LATENCY_HISTOGRAMS`), gauges and counters."""
 
     histograms: Mapping[str, Histogram] = field(default_factory=dict)
     gauges: Mapping[str, float] = field(default_factory=dict)
+    counters: Mapping[str, float] = field(default_factory=dict)
 
 
 Snapshot = Mapping[str, PodSample]
@@ -79,12 +83,14 @@ class LatencyStats:
 
 @dataclass(frozen=True)
 class WindowStats:
-    """What the policies see. ``pods`` counts pods with a fresh sample; ``span`` the seconds covered."""
+    """What the policies see. ``pods`` counts pods with a fresh sample; ``span`` the seconds covered;
+    ``counters`` the increase of each of :data:`COUNTERS` inside the window (absent: not reported)."""
 
     latencies: Mapping[str, LatencyStats]
     gauges: Mapping[str, float]
     pods: int
     span: float
+    counters: Mapping[str, float] = field(default_factory=dict)
 
     def latency(self, name: str) -> LatencyStats:
         return self.latencies.get(name) or LatencyStats.empty()
@@ -177,6 +183,12 @@ class _Delta:
         self.count += other.count
 
 
+def stale_after(interval: float, timeout: float) -> float:
+    """When a pod's gauges stop counting: two and a half scrape intervals plus a scrape's timeout, so
+    that one slow or missed scrape does not drop a pod that is still there."""
+    return 2.5 * interval + timeout
+
+
 class WindowAggregator:
     """Keeps each pod's samples for ``time_window`` seconds and reduces them to :class:`WindowStats`.
 
@@ -220,6 +232,7 @@ class WindowAggregator:
         start = now - self.time_window
         deltas: dict[str, _Delta] = {}
         gauge_values: dict[str, list[float]] = {}
+        counters: dict[str, float] = {}
         fresh = 0
         earliest = now
         for history in self._samples.values():
@@ -234,20 +247,22 @@ class WindowAggregator:
                 delta = self._pod_delta(usable, name)
                 if delta is not None:
                     deltas.setdefault(name, _Delta()).merge(delta)
+            for name in COUNTERS:
+                increase = _counter_increase(usable, name)
+                if increase is not None:
+                    counters[name] = counters.get(name, 0.0) + increase
             latest_t, latest = usable[-1]
             if now - latest_t <= self.stale_after:
                 fresh += 1
                 for name, value in latest.gauges.items():
                     if math.isfinite(value):
                         gauge_values.setdefault(name, []).append(value)
-        latencies = {
-            name: latency_stats(d.buckets.items(), d.sum, d.count) for name, d in deltas.items()
-        }
+        latencies = {name: latency_stats(d.buckets.items(), d.sum, d.count) for name, d in deltas.items()}
         gauges = {
             name: (sum(values) / len(values) if name == "kv_usage" else sum(values))
             for name, values in gauge_values.items()
         }
-        return WindowStats(latencies=latencies, gauges=gauges, pods=fresh, span=now - earliest)
+        return WindowStats(latencies=latencies, gauges=gauges, pods=fresh, span=now - earliest, counters=counters)
 
     @staticmethod
     def _pod_delta(history: list[tuple[float, PodSample]], name: str) -> _Delta | None:
@@ -259,3 +274,11 @@ class WindowAggregator:
         for before, after in zip(points, points[1:], strict=False):
             delta.add_step(before, after)
         return delta
+
+
+def _counter_increase(history: list[tuple[float, PodSample]], name: str) -> float | None:
+    """A counter's increase over one pod's samples; a smaller value is a restart (counted from 0)."""
+    points = [v for _, sample in history if math.isfinite(v := sample.counters.get(name, math.nan))]
+    if len(points) < 2:
+        return None
+    return sum(b - a if b >= a else b for a, b in zip(points, points[1:], strict=False))

@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 from autoscaler.actuate import Actuator, RecordingActuator
 from autoscaler.actuate.kubernetes import DeploymentScaler
 from autoscaler.actuate.triton import TritonInstanceScaler
+from autoscaler.aggregate import stale_after
 from autoscaler.api import create_app
 from autoscaler.collect import WindowSource
 from autoscaler.collect.direct import DirectSource, EndpointSliceTargets, StaticTargets
@@ -116,8 +117,8 @@ class App:
             timeout = min(spec.timeout, call_timeout(config))
             lister = EndpointSliceTargets(api, spec.service, spec.namespace, spec.port_name, timeout)
         # A pod missing for two and a half rounds is gone: its gauges stop counting.
-        stale_after = 2.5 * config.loop.interval + spec.timeout
-        return DirectSource(lister, spec.timeout, stale_after, on_error=self._on_scrape_error)
+        stale = stale_after(config.loop.interval, spec.timeout)
+        return DirectSource(lister, spec.timeout, stale, on_error=self._on_scrape_error)
 
     def _actuator(self, config: AutoscalerConfig) -> Actuator:
         spec = config.actuator

@@ -1,11 +1,12 @@
 """The autoscaler's configuration: frozen, typed objects parsed from YAML, every problem reported at once.
 
 This module owns the schema written down in ``docs/autoscaler-config.md`` (the contract with the Helm
-chart) and nothing else: no I/O besides reading the file in :func:`load_config`.
+chart) and nothing else: no I/O besides reading the file in :func:`load_config` and the engine profile
+a planner names (so that ``--check`` and a reload refuse a missing or bad one).
 
 Public API (imported by the Helm chart's tests and the simulator; keep stable):
 
-- :class:`AutoscalerConfig` with :class:`ScalerSpec`, :class:`RateLimit`, :class:`Signal`,
+- :class:`AutoscalerConfig` with :class:`ScalerSpec`, :class:`PlannerSpec`, :class:`RateLimit`, :class:`Signal`,
   :class:`SourceSpec`, :class:`ActuatorSpec`, :class:`LoopSpec`, :class:`LeaderElectionSpec`,
   :class:`ApiSpec`, :class:`MetricsSpec`; each has ``validate(path) -> list[str]``.
 - :class:`Registration`: the thesis's Listing 6.1 body of ``POST /deployment/``.
@@ -29,8 +30,11 @@ from typing import Any, Final, Literal
 import yaml
 
 from autoscaler import _schema as s
+from autoscaler.profile import load_profile
 
-PolicyType = Literal["request", "pertoken"]
+PolicyType = Literal["request", "pertoken", "planner"]
+#: ``scaler.type`` values; ``planner`` needs ``scaler.planner.profile``.
+POLICY_TYPES: Final[tuple[str, ...]] = ("request", "pertoken", "planner")
 SourceKind = Literal["direct", "prometheus"]
 ActuatorKind = Literal["kubernetes", "triton", "none"]
 ApiAuth = Literal["token", "none"]
@@ -42,6 +46,7 @@ MAX_PERCENT: Final = 10_000.0
 MAX_DURATION: Final = 86_400.0  # s: windows and periods
 MAX_INTERVAL: Final = 3600.0  # s: loop interval, lease duration, source timeout
 MAX_TARGET: Final = 3_600_000.0  # ms for latencies, requests for waiting_per_replica
+MAX_TOKENS: Final = 1_000_000.0
 #: ConfigError lists at most this many problems (then says how many more).
 MAX_ERRORS: Final = 50
 MAX_FILE_BYTES: Final = 1 << 20
@@ -102,6 +107,53 @@ class Signal:
 
 
 @dataclass(frozen=True)
+class PlannerSpec:
+    """The planner's inputs (``scaler.type: planner``): an engine profile, the SLO, the start-up time.
+
+    Latency limits in ms, durations in s. ``prompt_tokens`` and ``output_tokens`` (per choice) stand
+    in until the pods' counters have measured the mix; ``startup: 0`` takes the profile's ``startup_s``.
+    """
+
+    profile: str = ""
+    per_token_slo: float = 50.0
+    ttft_slo: float = 2000.0
+    slo_percentile: float = 0.99
+    startup: float = 0.0
+    plan_fraction: float = 0.6
+    headroom: float = 0.85
+    trend_window: float = 60.0
+    drain_time: float = 20.0
+    kv_usage_high: float = 0.9
+    prompt_tokens: float = 256.0
+    output_tokens: float = 128.0
+
+    def validate(self, path: str = "scaler.planner") -> list[str]:
+        """Checks the numbers and reads the profile file, naming what is missing or bad in it."""
+        errors = s.positive(f"{path}.per_token_slo", self.per_token_slo, MAX_TARGET)
+        errors += s.positive(f"{path}.ttft_slo", self.ttft_slo, MAX_TARGET)
+        errors += s.between(f"{path}.startup", self.startup, 0, MAX_DURATION)
+        errors += s.positive(f"{path}.trend_window", self.trend_window, MAX_DURATION)
+        errors += s.positive(f"{path}.drain_time", self.drain_time, MAX_DURATION)
+        errors += s.positive(f"{path}.prompt_tokens", self.prompt_tokens, MAX_TOKENS)
+        errors += s.positive(f"{path}.output_tokens", self.output_tokens, MAX_TOKENS)
+        for key in ("slo_percentile", "plan_fraction", "headroom", "kv_usage_high"):
+            value = getattr(self, key)
+            if not 0 < value <= 1:
+                errors.append(f"{path}.{key} = {s.show(value)}: must be in (0, 1]")
+        if not self.profile.strip():
+            errors.append(
+                f"{path}.profile = {s.show(self.profile)}: required, the engine profile JSON that "
+                "`python -m nlgsim profile` writes (benchmarks/profiles/ holds some)"
+            )
+        else:
+            try:
+                load_profile(self.profile)
+            except ValueError as e:
+                errors.append(f"{path}.profile: {e}")
+        return errors
+
+
+@dataclass(frozen=True)
 class ScalerSpec:
     """The thesis's Listing 6.1 ``scaler`` plus HPA's knobs. Thresholds in ms, durations in s."""
 
@@ -116,9 +168,12 @@ class ScalerSpec:
     # Removes one pod a minute: a scale-down that overshoots costs more than one that is slow.
     scale_down: RateLimit = RateLimit(max_pods=1, max_percent=100.0, period=60.0, select="min")
     signals: tuple[Signal, ...] = ()
+    planner: PlannerSpec = PlannerSpec()
 
     def validate(self, path: str = "scaler") -> list[str]:
-        errors = s.one_of(f"{path}.type", self.type, ("request", "pertoken"))
+        errors = s.one_of(f"{path}.type", self.type, POLICY_TYPES)
+        if self.type == "planner":
+            errors += self.planner.validate(f"{path}.planner")
         errors += s.between(f"{path}.min_deployment_count", self.min_deployment_count, 0, MAX_REPLICAS)
         errors += s.between(f"{path}.max_deployment_count", self.max_deployment_count, 1, MAX_REPLICAS)
         if self.max_deployment_count < self.min_deployment_count:
@@ -309,6 +364,10 @@ class Registration:
 
     def validate(self) -> list[str]:
         errors = [*s.model_name("model_id", self.model_id), *self.scaler.validate("scaler")]
+        if self.scaler.type == "planner":
+            # Its profile is a file on the autoscaler's disk: the API neither reads nor names such paths.
+            errors = [e for e in errors if not e.startswith("scaler.planner.")]
+            errors.append("scaler.type = 'planner': set it in the config file, not through the API")
         errors += s.printable("instance_type", self.instance_type, 128)
         errors += s.one_of("engine_type", self.engine_type, ("triton",))
         if self.deployment:
@@ -327,7 +386,7 @@ def _build(cls: type[Any], data: Any, path: str, errors: list[str]) -> Any:
     Nested dataclass fields recurse; ``RateLimit`` fields take their defaults from the parent's default
     instance, so ``scale_down: {period: 30}`` keeps ``max_pods: 1``.
     """
-    nested = (RateLimit, Signal, ScalerSpec, SourceSpec, ActuatorSpec, LoopSpec, LeaderElectionSpec,
+    nested = (RateLimit, Signal, PlannerSpec, ScalerSpec, SourceSpec, ActuatorSpec, LoopSpec, LeaderElectionSpec,
               ApiSpec, MetricsSpec)  # fmt: skip
     return s.build(cls, data, path, errors, nested)
 

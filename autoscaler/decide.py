@@ -26,6 +26,8 @@ The algorithm is Kubernetes HPA's, built from small named steps, each tested alo
    smaller (``select: min``).
 6. :func:`bounds`: ``min_deployment_count <= desired <= max_deployment_count``, applied even without
    data, as HPA does.
+
+:func:`record_event` keeps the scale events the rate limit counts; every policy records through it.
 """
 
 from __future__ import annotations
@@ -203,6 +205,15 @@ def bounds(desired: int, spec: ScalerSpec) -> int:
     return min(max(desired, spec.min_deployment_count), spec.max_deployment_count)
 
 
+def record_event(
+    events: tuple[tuple[float, int], ...], now: float, current: int, desired: int, spec: ScalerSpec
+) -> tuple[tuple[float, int], ...]:
+    """The scale events :func:`rate_limit` counts: those of the longer period, plus this change."""
+    horizon = max(spec.scale_up.period, spec.scale_down.period)
+    kept = tuple((t, d) for t, d in events if t > now - horizon)
+    return kept + ((now, desired - current),) if desired != current else kept
+
+
 def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
@@ -255,8 +266,5 @@ def decide(
     if combined == current and desired == current and all(p == current for p in proposals.values()):
         steps[0] = "within tolerance" if calm else "no change needed"
     reason = "; ".join(notes) + f" ({'; '.join(steps)}): {current} -> {desired}"
-    horizon = max(spec.scale_up.period, spec.scale_down.period)
-    events = tuple((t, d) for t, d in state.events if t > now - horizon)
-    if desired != current:
-        events += ((now, desired - current),)
+    events = record_event(state.events, now, current, desired, spec)
     return Decision(desired, current, True, reason, values), PolicyState(desired, kept, events)

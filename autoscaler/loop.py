@@ -9,7 +9,9 @@ current), read the window (a source that fails gives an empty window: the policy
 counted), decide, and if the decision differs from what was observed, actuate. A failed actuation is
 counted and the policy state keeps the observed replicas, so the next round decides again. A
 follower (another replica holds the Lease) does nothing but try for the Lease; a leader past its
-renew deadline stops before its next target. Every call the parts make is bounded, so a round ends;
+renew deadline stops before its next target. Each target's policy (:mod:`autoscaler.policy`, picked
+by ``scaler.type``) is built when the target is set and kept while its ``scaler`` is unchanged.
+Every call the parts make is bounded, so a round ends;
 one longer than the interval is logged and counted, and :meth:`Controller.run_once` returns what
 failed in it.
 """
@@ -28,8 +30,9 @@ from autoscaler.actuate import ActuationError, Actuator, Deferred
 from autoscaler.aggregate import WindowStats
 from autoscaler.collect import SourceError, WindowSource
 from autoscaler.config import Registration, ScalerSpec, to_dict
-from autoscaler.decide import POLICIES, Decision, PolicyState, decide
+from autoscaler.decide import Decision
 from autoscaler.leader import LeaseElector
+from autoscaler.policy import Policy, build_policy
 from autoscaler.telemetry import Telemetry, direction
 
 log = logging.getLogger(__name__)
@@ -49,15 +52,15 @@ class Target:
     spec: ScalerSpec
     scale_target: str
     origin: Origin
+    policy: Policy
     registration: Registration | None = None
-    state: PolicyState | None = None
+    state: Any = None
     replicas: int | None = None
     last_error: str | None = None
     history: deque[tuple[float, Decision]] = field(default_factory=lambda: deque(maxlen=50))
 
     def signals(self) -> dict[str, float]:
-        primary = POLICIES[self.spec.type](self.spec)
-        return {s.metric: s.target for s in (primary, *self.spec.signals)}
+        return dict(self.policy.targets)
 
     def view(self) -> dict[str, Any]:
         """What ``GET /deployment/{model_id}/`` returns."""
@@ -95,9 +98,12 @@ class Controller:
         clock: Callable[[], float] = time.time,
         elector: LeaseElector | None = None,
         target_name: Callable[[Registration], str] = lambda r: r.target_name,
+        policies: Callable[[ScalerSpec], Policy] = build_policy,
     ) -> None:
-        """``target_name`` maps a registration to what the actuator scales (its model, for Triton)."""
+        """``target_name`` maps a registration to what the actuator scales (its model, for Triton);
+        ``policies`` builds a target's policy from its ``scaler`` (``scaler.type`` picks it)."""
         self.source = source
+        self.policies = policies
         self.target_name = target_name
         self.actuator = actuator
         self.telemetry = telemetry
@@ -126,7 +132,7 @@ class Controller:
         with self._lock:
             for old in [t for t in self._targets.values() if t.origin == "config" and t.model_id != model_id]:
                 self._remove(old.model_id)
-            self._add(Target(model_id, spec, scale_target, "config"))
+            self._add(Target(model_id, spec, scale_target, "config", self._policy(model_id, spec)))
 
     def register(self, registration: Registration, *, replace: bool = True) -> dict[str, Any]:
         """Adds an API target, or replaces one when ``replace``; one scale target has one owner."""
@@ -145,7 +151,8 @@ class Controller:
                         f"{name!r} is already scaled for model {other.model_id!r} ({other.origin}); "
                         "two targets would undo each other's replicas"
                     )
-            target = Target(registration.model_id, registration.scaler, name, "api", registration)
+            policy = self._policy(registration.model_id, registration.scaler)
+            target = Target(registration.model_id, registration.scaler, name, "api", policy, registration)
             self._add(target)
             return self._targets[registration.model_id].view()
 
@@ -158,6 +165,11 @@ class Controller:
                 raise TargetConflict(f"model {model_id!r} is scaled by the config file; remove it there")
             self._remove(model_id)
             return True
+
+    def _policy(self, model_id: str, spec: ScalerSpec) -> Policy:
+        """The target's policy as it is, when its spec did not change (a planner keeps its profile)."""
+        old = self._targets.get(model_id)
+        return old.policy if old is not None and old.spec == spec else self.policies(spec)
 
     def _remove(self, model_id: str) -> None:
         self._targets.pop(model_id)
@@ -220,7 +232,8 @@ class Controller:
             return
         self.telemetry.observed(model, observed.replicas, observed.external)
         target.replicas = observed.replicas
-        state = (target.state or PolicyState.initial(observed.replicas)).with_replicas(observed.replicas)
+        policy = target.policy
+        state = (target.state or policy.initial(observed.replicas)).with_replicas(observed.replicas)
         note = ""
         try:
             window = self.source.read(now, model, target.spec.time_window)
@@ -230,7 +243,7 @@ class Controller:
             target.last_error = f"metric source: {e}"
             note = "metric source failed; "
             window = WindowStats.empty()
-        decision, new_state = decide(window, target.spec, state, now)
+        decision, new_state = policy.decide(window, target.spec, state, now)
         if note:
             decision = replace(decision, reason=note + decision.reason)
         if decision.desired != observed.replicas:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.aggregate import Histogram, PodSample, Snapshot, WindowAggregator
+from autoscaler.aggregate import Histogram, PodSample, Snapshot, WindowAggregator, stale_after
 from autoscaler.config import SourceSpec
 from nlgsim.cluster import Cluster, Pod
 from nlgsim.instruments import Histogram as PodHistogram
@@ -80,7 +80,7 @@ class RunLog:
 
 
 def pod_sample(m: PodInstruments) -> PodSample:
-    """What the collector reads from one pod's ``/metrics``: the histograms and gauges it uses."""
+    """What the collector reads from one pod's ``/metrics``: the histograms, gauges and counters it uses."""
 
     def hist(h: PodHistogram) -> Histogram:
         return Histogram(buckets=tuple(h.cumulative()), sum=h.total, count=h.count)
@@ -93,6 +93,11 @@ def pod_sample(m: PodInstruments) -> PodSample:
             "itl": hist(m.inter_token_latency),
         },
         gauges={"waiting": m.requests_waiting, "running": m.requests_running, "kv_usage": m.kv_cache_usage},
+        counters={
+            "prompt_tokens": m.prompt_tokens,
+            "generation_tokens": m.generation_tokens,
+            "finished": m.requests_finished,
+        },
     )
 
 
@@ -115,7 +120,7 @@ class Simulation:
         self._state: Any = None
         self._aggregator: WindowAggregator | None = None
         if policy is not None:
-            stale = scenario.stale_after or 2.5 * scenario.loop_interval + SourceSpec().timeout
+            stale = scenario.stale_after or stale_after(scenario.loop_interval, SourceSpec().timeout)
             self._aggregator = WindowAggregator(policy.spec.time_window, stale)
 
     def _push(self, t: float, kind: int, payload: Any = None) -> None:

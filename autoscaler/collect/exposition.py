@@ -4,6 +4,7 @@ This module owns the mapping from the metric names of ``docs/metrics.md`` to the
 aggregator and the policies use, and the rules for series that do not fit one-to-one:
 
 - Only series whose ``model`` label is the scaled model count.
+- Counters (``_total``) are summed over their labels: finished requests over every ``finish_reason``.
 - Several series where one was expected (the model's versions, each its own ``version`` label)
   are summed: every version serves traffic. ``kv_usage`` is averaged instead: it is a ratio.
 - Histogram buckets are matched on their ``le`` label (``+Inf`` included), merged over versions.
@@ -36,6 +37,14 @@ GAUGE_FAMILIES: Final[dict[str, str]] = {
     "nlg_requests_running": "running",
     "nlg_kv_cache_usage_ratio": "kv_usage",
 }
+#: Triton model counter sample -> the aggregator's counter name (all ``finish_reason`` values summed).
+COUNTER_SAMPLES: Final[dict[str, str]] = {
+    "nlg_prompt_tokens_total": "prompt_tokens",
+    "nlg_generation_tokens_total": "generation_tokens",
+    "nlg_requests_finished_total": "finished",
+}
+# A typed counter's family drops ``_total``; an untyped one keeps it.
+_COUNTER_FAMILIES: Final = {n.removesuffix("_total") for n in COUNTER_SAMPLES} | set(COUNTER_SAMPLES)
 _AVERAGED: Final = {"kv_usage"}
 
 
@@ -56,15 +65,18 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, float] = defaultdict(float)
     gauges: dict[str, list[float]] = defaultdict(list)
+    counters: dict[str, float] = defaultdict(float)
     for family in _families(text):
         hist_name = HISTOGRAM_FAMILIES.get(family.name)
         gauge_name = GAUGE_FAMILIES.get(family.name)
-        if hist_name is None and gauge_name is None:
+        if hist_name is None and gauge_name is None and family.name not in _COUNTER_FAMILIES:
             continue
         for sample in family.samples:
             if sample.labels.get("model") != model_id:
                 continue
-            if gauge_name is not None:
+            if sample.name in COUNTER_SAMPLES:
+                counters[COUNTER_SAMPLES[sample.name]] += float(sample.value)
+            elif gauge_name is not None:
                 gauges[gauge_name].append(float(sample.value))
             elif hist_name is not None:
                 if sample.name.endswith("_bucket") and "le" in sample.labels:
@@ -79,7 +91,7 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
         if name in counts
     }
     merged = {name: sum(v) / len(v) if name in _AVERAGED else sum(v) for name, v in gauges.items()}
-    return PodSample(histograms=histograms, gauges=merged)
+    return PodSample(histograms=histograms, gauges=merged, counters=dict(counters))
 
 
 def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:

@@ -3,7 +3,8 @@
 This module owns the queries and the reading of their answers. Histograms come from
 ``sum by (le) (increase(<family>_bucket{model="..."}[<window>s]))`` plus ``_sum`` and ``_count``,
 reduced to mean and quantiles by :func:`autoscaler.aggregate.latency_stats` (the same arithmetic as
-the direct source). Gauges are summed over pods (``kv_usage`` averaged); ``pods`` counts the pods
+the direct source); counters from ``sum(increase(<series>{model="..."}[<window>s]))``.
+Gauges are summed over pods (``kv_usage`` averaged); ``pods`` counts the pods
 reporting ``nlg_requests_running``. Queries are evaluated at ``now`` (``time=`` parameter).
 
 Rules for odd answers (each has a table test):
@@ -26,7 +27,7 @@ import httpx
 
 from autoscaler.aggregate import LatencyStats, WindowStats, latency_stats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
-from autoscaler.collect.exposition import GAUGE_FAMILIES, HISTOGRAM_FAMILIES
+from autoscaler.collect.exposition import COUNTER_SAMPLES, GAUGE_FAMILIES, HISTOGRAM_FAMILIES
 
 
 def _selector(model_id: str) -> str:
@@ -113,9 +114,15 @@ class PrometheusSource:
             value = self.scalar(f"{how}({family}{selector})", now)
             if value is not None:
                 gauges[name] = value
+        counters: dict[str, float] = {}
+        for series, name in COUNTER_SAMPLES.items():
+            value = self.scalar(f"sum(increase({series}{selector}[{window}]))", now)
+            if value is not None:
+                counters[name] = value
         pods = self.scalar(f"count(count by (instance) (nlg_requests_running{selector}))", now)
         n = int(pods or 0)
-        return WindowStats(latencies=latencies, gauges=gauges, pods=n, span=time_window if n else 0.0)
+        span = time_window if n else 0.0
+        return WindowStats(latencies=latencies, gauges=gauges, pods=n, span=span, counters=counters)
 
     def close(self) -> None:
         self._http.close()

@@ -17,7 +17,7 @@ import httpx
 import kmock
 import yaml
 from kubernetes import client as k8s
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client import Histogram as PromHistogram
 
 from autoscaler.aggregate import Histogram, LatencyStats, PodSample, WindowStats
@@ -134,6 +134,10 @@ class PodMetrics:
         self.running = Gauge("nlg_requests_running", "running", labels, registry=reg).labels(model, "1")
         self.waiting = Gauge("nlg_requests_waiting", "waiting", labels, registry=reg).labels(model, "1")
         self.kv = Gauge("nlg_kv_cache_usage_ratio", "kv", labels, registry=reg).labels(model, "1")
+        self.prompt_tokens = Counter("nlg_prompt_tokens", "prompt", labels, registry=reg).labels(model, "1")
+        self.generation_tokens = Counter("nlg_generation_tokens", "gen", labels, registry=reg).labels(model, "1")
+        finished = Counter("nlg_requests_finished", "finished", [*labels, "finish_reason"], registry=reg)
+        self.finished = {r: finished.labels(model, "1", r) for r in ("stop", "length")}
         self._server = None
         self.start()
 
@@ -146,6 +150,18 @@ class PodMetrics:
         for _ in range(n):
             self.histograms["pertoken"].observe(pertoken_s)
             self.histograms["request"].observe(request_s)
+
+    def serve_requests(
+        self, n: int, *, prompt: int, output: int, ttft_s: float, pertoken_s: float, reason: str = "length"
+    ) -> None:
+        """``n`` one-choice requests finished, counted as a Triton pod counts them."""
+        for _ in range(n):
+            self.histograms["ttft"].observe(ttft_s)
+            self.histograms["pertoken"].observe(pertoken_s)
+            self.histograms["request"].observe(ttft_s + pertoken_s * output)
+        self.prompt_tokens.inc(n * prompt)
+        self.generation_tokens.inc(n * output)
+        self.finished[reason].inc(n)
 
     def start(self) -> None:
         self._server, _ = start_http_server(self.port, addr="127.0.0.1", registry=self.registry)
@@ -462,3 +478,17 @@ class FakeTriton:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def write_profile(path: Path, *, max_batch: int = 16, startup_s: float = 5.0) -> Path:
+    """An engine profile file as ``python -m nlgsim profile`` writes one: decode 10 ms + 1 ms per
+    sequence, prefill 20 ms + 1 ms per prompt token."""
+    profile = {
+        "hardware": "test", "preset": "test", "dtype": "n/a", "source": "synthetic",
+        "max_batch": max_batch, "max_context": 1024, "prefill_chunk_tokens": 256, "startup_s": startup_s,
+        "decode_batch": [1, max_batch], "decode_context": [1, 1024],
+        "decode_s": [[0.011, 0.011], [0.010 + 0.001 * max_batch] * 2],
+        "prefill_tokens": [1, 1024], "prefill_s": [0.021, 0.020 + 0.001 * 1024],
+    }  # fmt: skip
+    path.write_text(json.dumps(profile))
+    return path

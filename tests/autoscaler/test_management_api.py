@@ -148,7 +148,7 @@ def test_every_body_error_is_named(api):
     errors = response.json()["detail"]["errors"]
     assert "model_id: required, the Triton model to scale (e.g. 'gpt2')" in errors
     assert "scaler.threshold = -1.0: must be greater than 0" in errors
-    assert "scaler.type = 'latency': must be one of request, pertoken" in errors
+    assert "scaler.type = 'latency': must be one of request, pertoken, planner" in errors
     assert "scaler.treshold: unknown key; did you mean 'threshold'?" in errors
     assert "engine_type = 7: must be a string" in errors
 

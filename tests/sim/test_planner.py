@@ -1,4 +1,5 @@
-"""The project's planner: capacity from the profile, demand ahead by the lead time, tail guards."""
+"""The planner as the simulator runs it (the live one, :mod:`autoscaler.planner`): capacity from the
+profile, demand ahead by the lead time, tail guards, and a run through the simulator."""
 
 from __future__ import annotations
 
@@ -88,11 +89,17 @@ def test_backlog_in_the_queues_counts_as_demand():
     assert p.at(0, window(5, waiting=200)) > Planner(1).at(0, window(5))
 
 
-def test_a_tail_over_its_slo_adds_a_replica_even_if_the_model_says_enough():
+def test_a_tail_over_its_slo_with_requests_waiting_adds_a_replica_even_if_the_model_says_enough():
     p = Planner(3)
-    assert p.at(0, window(0.5, p99_tok=0.08, pods=3)) == 4
+    assert p.at(0, window(0.5, waiting=2, p99_tok=0.08, pods=3)) == 4
     # The fourth pod is starting (3 report): help is on its way, no fifth yet.
-    assert p.at(5, window(0.5, p99_tok=0.08, pods=3)) == 4
+    assert p.at(5, window(0.5, waiting=2, p99_tok=0.08, pods=3)) == 4
+
+
+def test_a_tail_over_its_slo_without_load_adds_nothing():
+    decision, _ = planner_decide(window(0.5, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 0.0, CFG)
+    assert decision.desired == 2  # demand needs one; the scale-down removes one pod a minute
+    assert "over SLO, not load" in decision.reason
 
 
 def test_no_pods_reporting_holds():

@@ -1,0 +1,277 @@
+"""The planner as the service runs it: config, mix from the pods' counters, the tail guard, the loop."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics, write_profile
+from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry, generate_latest
+
+from autoscaler import cli
+from autoscaler.actuate.kubernetes import DeploymentScaler
+from autoscaler.aggregate import LatencyStats, PodSample, WindowAggregator, WindowStats
+from autoscaler.capacity import choices_per_second
+from autoscaler.collect.direct import DirectSource, StaticTargets
+from autoscaler.collect.exposition import parse_exposition
+from autoscaler.config import ConfigError, PlannerSpec, RateLimit, ScalerSpec, parse_config, parse_registration
+from autoscaler.loop import Controller
+from autoscaler.planner import PlannerState, planner_config, planner_decide
+from autoscaler.policy import build_policy
+from autoscaler.profile import load_profile
+from autoscaler.telemetry import Telemetry
+
+
+@pytest.fixture
+def profile_path(tmp_path):
+    return write_profile(tmp_path / "profile.json")
+
+
+def spec_for(profile_path, **planner) -> ScalerSpec:
+    return ScalerSpec(
+        type="planner", max_deployment_count=8, time_window=30, stabilization_window=60,
+        planner=PlannerSpec(profile=str(profile_path), **planner),
+    )  # fmt: skip
+
+
+def window(
+    started_per_s: float, *, pertoken_p99: float = 0.01, ttft_p99: float = 0.1, waiting: float = 0,
+    kv_usage: float = 0.1, pods: int = 1, prompt: float = 32, output: float = 32, span: float = 30,
+) -> WindowStats:  # fmt: skip
+    """A window in which ``started_per_s`` one-choice requests a second started and finished."""
+    n = started_per_s * span
+    stats = {
+        "ttft": LatencyStats(n, ttft_p99 / 2, ttft_p99 / 2, ttft_p99 / 2, ttft_p99),
+        "pertoken": LatencyStats(n, 0.01, 0.01, 0.01, pertoken_p99),
+        "request": LatencyStats(n, 0.5, 0.5, 0.5, 1.0),
+    }
+    counters = {"finished": n, "prompt_tokens": n * prompt, "generation_tokens": n * output}
+    gauges = {"waiting": waiting, "running": 1.0, "kv_usage": kv_usage}
+    return WindowStats(latencies=stats, gauges=gauges, pods=pods, span=span, counters=counters)
+
+
+class Planner:
+    """The planner's decide on a fake timeline; the replicas follow its decisions at once."""
+
+    def __init__(self, spec: ScalerSpec, replicas: int) -> None:
+        self.policy = build_policy(spec)
+        self.spec, self.state = spec, self.policy.initial(replicas)
+        self.reasons: list[str] = []
+
+    def at(self, now: float, win: WindowStats) -> int:
+        decision, self.state = self.policy.decide(win, self.spec, self.state, now)
+        self.reasons.append(decision.reason)
+        self.values = decision.values
+        return decision.desired
+
+
+# -- configuration ---------------------------------------------------------------------------------
+
+
+def test_a_planner_config_is_accepted_by_check(tmp_path, profile_path, capsys):
+    config = tmp_path / "autoscaler.yaml"
+    config.write_text(json.dumps({"scaler": {"type": "planner", "planner": {"profile": str(profile_path)}}}))
+    assert cli.main(["--config", str(config), "--check"]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_the_committed_profiles_are_planner_profiles():
+    for name in ("cpu-gpt2-fp32", "h100-gpt2-xl-fp16"):
+        spec = ScalerSpec(type="planner", planner=PlannerSpec(profile=f"benchmarks/profiles/{name}.json"))
+        assert spec.validate() == []
+
+
+def test_a_bad_planner_config_names_every_error_at_once(tmp_path, capsys):
+    config = tmp_path / "autoscaler.yaml"
+    planner = {"profile": str(tmp_path / "missing.json"), "slo_percentile": 1.5, "ttft_slo": -1, "drain_time": 0}
+    config.write_text(json.dumps({"scaler": {"type": "planner", "planner": planner}}))
+    assert cli.main(["--config", str(config), "--check"]) == 2
+    err = capsys.readouterr().err
+    for key in ("planner.profile", "planner.slo_percentile", "planner.ttft_slo", "planner.drain_time"):
+        assert f"scaler.{key}" in err
+    assert "not found" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("profile", "message"),
+    [
+        ({"max_batch": 4}, "lacks hardware"),
+        ("[1, 2]", "top level is list"),
+        ("{not json", "is not JSON"),
+        ({"decode_batch": [4, 1]}, "decode_batch = [4, 1], must be strictly increasing"),
+    ],
+    ids=["lacks-fields", "not-an-object", "not-json", "bad-grid"],
+)
+def test_a_profile_that_cannot_be_planned_with_is_named(tmp_path, profile_path, profile, message):
+    bad = tmp_path / "bad.json"
+    if isinstance(profile, dict) and "decode_batch" in profile:
+        profile = {**json.loads(profile_path.read_text()), **profile}
+    bad.write_text(profile if isinstance(profile, str) else json.dumps(profile))
+    with pytest.raises(ConfigError) as e:
+        parse_config({"scaler": {"type": "planner", "planner": {"profile": str(bad)}}})
+    assert any(err.startswith("scaler.planner.profile") and message in err for err in e.value.errors), e.value.errors
+
+
+def test_a_planner_needs_a_profile_but_other_types_do_not():
+    with pytest.raises(ConfigError) as e:
+        parse_config({"scaler": {"type": "planner"}})
+    assert any("scaler.planner.profile = '': required" in err for err in e.value.errors)
+    assert parse_config({"scaler": {"type": "pertoken"}}).scaler.planner == PlannerSpec()
+
+
+def test_the_api_refuses_a_planner_whose_profile_is_a_server_file(profile_path):
+    with pytest.raises(ConfigError) as e:
+        parse_registration({"model_id": "gpt2", "scaler": {"type": "planner", "planner": {"profile": "/etc/passwd"}}})
+    assert e.value.errors == ["scaler.type = 'planner': set it in the config file, not through the API"]
+
+
+# -- the pods' counters ---------------------------------------------------------------------------
+
+
+def test_counters_are_read_from_exposition_summed_over_finish_reasons():
+    pod = PodMetrics()
+    try:
+        pod.serve_requests(3, prompt=10, output=4, ttft_s=0.1, pertoken_s=0.01, reason="stop")
+        pod.serve_requests(2, prompt=10, output=4, ttft_s=0.1, pertoken_s=0.01, reason="length")
+        sample = parse_exposition(generate_latest(pod.registry).decode(), "gpt2")
+    finally:
+        pod.stop()
+    assert sample.counters == {"prompt_tokens": 50, "generation_tokens": 20, "finished": 5}
+    assert parse_exposition(generate_latest(pod.registry).decode(), "other").counters == {}
+
+
+@pytest.mark.parametrize(
+    ("values", "want"),
+    [((10, 30, 60), 50), ((10, 30, 5), 25), ((10,), None), ((10, math.nan, 40), 30)],
+    ids=["rising", "restart-counts-from-zero", "baseline-only", "nan-ignored"],
+)
+def test_a_counter_increase_over_the_window(values, want):
+    agg = WindowAggregator(time_window=60, stale_after=10)
+    for t, v in enumerate(values):
+        agg.record(float(t), {"pod": PodSample(counters={"finished": v})})
+    assert agg.window(float(len(values))).counters.get("finished") == want
+
+
+# -- sizing and the mix ----------------------------------------------------------------------------
+
+
+def test_replicas_are_demand_over_what_one_replica_carries_at_the_slo(profile_path):
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    per_replica = choices_per_second(cfg.profile, 0.6 * 0.050, 32, 32, 1) * 0.85
+    assert Planner(spec, 1).at(0, window(20)) == math.ceil(20 / per_replica)
+
+
+def test_the_mix_is_measured_from_the_pods_counters_and_kept_through_quiet_windows(profile_path):
+    p = Planner(spec_for(profile_path, prompt_tokens=10, output_tokens=10), 1)
+    p.at(0, window(5, prompt=400, output=20))
+    assert (p.values["prompt_tokens"], p.values["output_tokens"]) == (400, 20)
+    quiet = WindowStats(latencies={}, gauges={"waiting": 0, "running": 0}, pods=1, span=30)
+    p.at(10, quiet)
+    assert (p.values["prompt_tokens"], p.values["output_tokens"]) == (400, 20)
+
+
+def test_longer_prompts_measured_need_more_replicas(profile_path):
+    short = Planner(spec_for(profile_path), 1).at(0, window(20, prompt=32))
+    long = Planner(spec_for(profile_path), 1).at(0, window(20, prompt=600))
+    assert long > short
+
+
+def test_before_any_request_finished_the_configured_mix_stands_in(profile_path):
+    spec = spec_for(profile_path, prompt_tokens=77, output_tokens=33)
+    state = PlannerState(1)
+    empty = WindowStats(latencies={}, gauges={"waiting": 0.0, "running": 0.0}, pods=1, span=30)
+    decision, state = planner_decide(empty, spec, state, 0.0, planner_config(spec.planner, load_profile(profile_path)))
+    assert (decision.values["prompt_tokens"], decision.values["output_tokens"]) == (77, 33)
+    assert decision.desired == 1  # nothing demanded: the floor
+
+
+# -- the tail guard --------------------------------------------------------------------------------
+
+
+def test_a_tail_over_the_slo_without_load_never_ratchets(profile_path):
+    """Long prompts, short outputs: p99 per-token misses the SLO even on idle replicas; nothing waits.
+
+    Ten minutes of it: the planner never adds a pod and scales in to what demand needs.
+    """
+    spec = spec_for(profile_path)
+    p = Planner(spec, 4)
+    seen = [p.at(t, window(1, prompt=900, output=3, pertoken_p99=0.2, pods=p.state.replicas)) for t in range(0, 600, 5)]
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    needed = math.ceil(1 / (choices_per_second(cfg.profile, cfg.per_token_target_s, 900, 3, 1) * cfg.headroom))
+    assert needed == 2
+    assert max(seen) <= 4 and seen[-1] == needed
+    assert all("over SLO, not load" in r for r in p.reasons)
+
+
+def test_a_tail_over_the_slo_with_requests_waiting_adds_a_pod_then_scales_in(profile_path):
+    p = Planner(spec_for(profile_path), 2)
+    assert p.at(0, window(1, pertoken_p99=0.2, waiting=3, pods=2)) == 3
+    assert "with load (3 requests waiting)" in p.reasons[-1]
+    assert p.at(5, window(1, pertoken_p99=0.2, waiting=3, pods=2)) == 3  # the third pod is starting
+    assert p.at(30, window(1, pertoken_p99=0.2, waiting=3, pods=3)) == 4
+    calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, 400, 5)]
+    assert calm[0] == 4  # the stabilization window holds the scale-down
+    assert calm[-1] == 1
+
+
+def test_a_nearly_full_kv_cache_counts_as_load(profile_path):
+    p = Planner(spec_for(profile_path), 2)
+    assert p.at(0, window(1, pertoken_p99=0.2, kv_usage=0.95, pods=2)) == 3
+    assert "KV cache 95% used" in p.reasons[-1]
+
+
+def test_a_ttft_tail_without_load_is_reported_not_scaled(profile_path):
+    p = Planner(spec_for(profile_path, ttft_slo=500), 2)
+    assert p.at(0, window(1, ttft_p99=2.0, pods=2)) <= 2
+    assert "ttft_p99 2e+03 ms > 500 ms: over SLO, not load" in p.reasons[-1]
+
+
+# -- the live loop ---------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+def test_the_controller_scales_out_and_in_with_the_planner(profile_path):
+    """A real pod /metrics server, the direct source, kmock's Deployment and a fake clock."""
+    clock = FakeClock()
+    spec = ScalerSpec(
+        type="planner", max_deployment_count=6, time_window=10, stabilization_window=20,
+        scale_down=RateLimit(max_pods=1, max_percent=0, period=5),
+        planner=PlannerSpec(profile=str(profile_path), startup=5),
+    )  # fmt: skip
+    pod = PodMetrics()
+    try:
+        with KubeEmulator() as cluster:
+            cluster.add_deployment("triton", replicas=1)
+            registry = CollectorRegistry()
+            source = DirectSource(StaticTargets([pod.target]), timeout=2.0, stale_after=3.0)
+            actuator = DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default")
+            ctl = Controller(source, actuator, Telemetry(registry), source_kind="direct", clock=clock)
+            ctl.set_config_target("gpt2", spec, "triton")
+            ctl.run_once()
+            for _ in range(8):  # 15 requests a second of 64-token prompts
+                pod.serve_requests(15, prompt=64, output=32, ttft_s=0.2, pertoken_s=0.02)
+                clock.advance(1)
+                ctl.run_once()
+            out = cluster.replicas("triton")
+            view = ctl.view("gpt2")
+            assert view is not None
+            assert view["metrics"]["prompt_tokens"] == pytest.approx(64)
+            cfg = planner_config(spec.planner, load_profile(profile_path))
+            per_replica = choices_per_second(cfg.profile, cfg.per_token_target_s, 64, 32, 1) * cfg.headroom
+            assert out >= math.ceil(15 / per_replica) > 1
+            target = {"model": "gpt2", "signal": "pertoken_p99"}
+            assert registry.get_sample_value("nlg_autoscaler_signal_target", target) == 50
+            for _ in range(15):  # the load stops
+                clock.advance(1)
+                ctl.run_once()
+            assert cluster.replicas("triton") == out  # inside the 20 s stabilization window
+            for _ in range(40):
+                clock.advance(1)
+                ctl.run_once()
+            assert cluster.replicas("triton") == 1
+            assert "demand 0/s" in ctl.view("gpt2")["decisions"][0]["reason"]
+    finally:
+        pod.stop()

@@ -31,6 +31,8 @@ class EngineStats:
     kv_pages_used: int
     kv_pages_total: int
     preemptions: int  # sequences preempted since start
+    length_predictions: int = 0  # requests given a predicted output length, since start
+    length_underestimates: int = 0  # choices that generated more than their prediction, since start
 
     @property
     def kv_usage(self) -> float:
@@ -126,6 +128,8 @@ class Engine:
             kv_pages_used=self.cache.used_pages,
             kv_pages_total=self.cache.num_pages,
             preemptions=self.scheduler.preemptions,
+            length_predictions=self.scheduler.predictor.predictions,
+            length_underestimates=self.scheduler.predictor.underestimates,
         )
 
     def _prefill(self, chunks: list[PrefillChunk], logits: dict[int, torch.Tensor]) -> list[Request]:

@@ -39,10 +39,11 @@ class ModelInfo:
     parameters: int
     dtype: str
     device: str
+    seed: int = DEFAULT_SEED  # of the random initialisation (random weights only)
 
     def describe(self) -> str:
         weights = (
-            f"RANDOM weights (seed {DEFAULT_SEED}; no weights_path given, outputs are not meaningful text)"
+            f"RANDOM weights (seed {self.seed}; no weights_path given, outputs are not meaningful text)"
             if self.random_weights
             else f"weights from {self.source}"
         )
@@ -118,6 +119,7 @@ def build_model(
         parameters=sum(p.numel() for p in model.parameters()),
         dtype=str(dtype).removeprefix("torch."),
         device=str(device),
+        seed=seed,
     )
     return model, info
 

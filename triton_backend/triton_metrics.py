@@ -105,7 +105,16 @@ class TritonMetrics:
         self.preemptions = single(
             "nlg_preemptions_total", "Sequences preempted for KV memory and recomputed later", family.COUNTER
         )
-        self._preemptions_seen = 0
+        self.length_predictions = single(
+            "nlg_length_predictions_total", "Requests given a predicted output length on arrival (S3)", family.COUNTER
+        )
+        self.length_underestimates = single(
+            "nlg_length_underestimates_total",
+            "Choices that generated more tokens than their predicted length",
+            family.COUNTER,
+        )
+        # What the engine's cumulative counts were at the last record, per counter.
+        self._seen = {"preemptions": 0, "length_predictions": 0, "length_underestimates": 0}
         self.kv_usage = gauge("nlg_kv_cache_usage_ratio", "Used over total KV cache pages")
 
     def record(self, observations: Observations) -> None:
@@ -131,6 +140,11 @@ class TritonMetrics:
         self.running.set(stats.running_requests)
         self.waiting.set(stats.waiting_requests)
         self.kv_usage.set(stats.kv_usage)
-        if stats.preemptions > self._preemptions_seen:
-            self.preemptions.increment(stats.preemptions - self._preemptions_seen)
-            self._preemptions_seen = stats.preemptions
+        for name, now in (
+            ("preemptions", stats.preemptions),
+            ("length_predictions", stats.length_predictions),
+            ("length_underestimates", stats.length_underestimates),
+        ):
+            if now > self._seen[name]:
+                getattr(self, name).increment(now - self._seen[name])
+                self._seen[name] = now

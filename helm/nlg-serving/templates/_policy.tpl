@@ -20,7 +20,26 @@ accepts such strings), the autoscaler's config wants numbers. Returns YAML; use 
 {{- range $p.signals }}
 {{- $_ := set . "target" (float64 .target) }}
 {{- end }}
+{{- $planner := $p.planner | default dict }}
+{{- range $key, $value := $planner }}
+{{- $_ := set $planner $key (float64 $value) }}
+{{- end }}
+{{- if eq $p.type "planner" }}
+{{- $_ := set $planner "profile" (include "nlg-serving.plannerProfilePath" .) }}
+{{- end }}
+{{- $_ := set $p "planner" $planner }}
 {{- toYaml $p }}
+{{- end }}
+
+{{/* Where the autoscaler reads policy.type planner's engine profile (a ConfigMap mounted there). */}}
+{{- define "nlg-serving.plannerProfileDir" -}}/etc/nlg-autoscaler-profile{{- end }}
+{{- define "nlg-serving.plannerProfilePath" -}}
+{{- printf "%s/%s" (include "nlg-serving.plannerProfileDir" .) .Values.autoscaler.plannerProfile.key }}
+{{- end }}
+
+{{/* The ConfigMap holding the planner's profile: the user's, or the one the chart makes from json. */}}
+{{- define "nlg-serving.plannerProfileConfigMap" -}}
+{{- .Values.autoscaler.plannerProfile.configMap | default (printf "%s-profile" (include "nlg-serving.autoscaler.name" .)) }}
 {{- end }}
 
 {{/* Seconds as a PromQL duration: 60 -> 60s, 7.5 -> 7500ms. */}}
@@ -107,6 +126,21 @@ Call with (dict "root" $ "metric" "pertoken_mean").
 {{- $period := (get $p $direction).period }}
 {{- if or (lt (float64 $period) 1.0) (gt (float64 $period) 1800.0) }}
 {{- fail (printf "autoscaler.policy.%s.period (%v) must be between 1 and 1800 s with scaling.mode=%s: the HPA's limits" $direction $period $.Values.scaling.mode) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if eq $p.type "planner" }}
+{{- $profile := $a.plannerProfile }}
+{{- if and $profile.json $profile.configMap }}
+{{- fail "autoscaler.plannerProfile: set json or configMap, not both: the planner reads one profile" }}
+{{- end }}
+{{- if not (or $profile.json $profile.configMap) }}
+{{- fail "autoscaler.plannerProfile: policy.type planner plans from an engine profile; set plannerProfile.json (--set-file autoscaler.plannerProfile.json=benchmarks/profiles/cpu-gpt2-fp32.json) or plannerProfile.configMap (a ConfigMap of yours holding it)" }}
+{{- end }}
+{{- if $profile.json }}
+{{- $parsed := $profile.json | fromJson }}
+{{- if hasKey $parsed "Error" }}
+{{- fail (printf "autoscaler.plannerProfile.json is not JSON (%s): give the file `python -m nlgsim profile` writes" $parsed.Error) }}
 {{- end }}
 {{- end }}
 {{- end }}

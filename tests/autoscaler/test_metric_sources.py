@@ -232,6 +232,7 @@ def test_promql_source_against_a_real_prometheus(pods, tmp_path):
         source = PrometheusSource(prometheus.url, 2.0)
         try:
             pod.serve(0.030, n=8, request_s=1.5)
+            pod.serve_requests(4, prompt=100, output=10, ttft_s=1.2, pertoken_s=0.030)  # 1.5 s requests too
             pod.waiting.set(3)
             pod.kv.set(0.5)
             family = "nlg_time_per_output_token_seconds"
@@ -249,3 +250,6 @@ def test_promql_source_against_a_real_prometheus(pods, tmp_path):
     assert window.gauges == {"waiting": 3.0, "running": 0.0, "kv_usage": 0.5}
     assert window.pods == 1
     assert window.latency("itl").count == 0  # a family with no observations
+    counters = window.counters  # increase() extrapolates each alike: the ratios are exact
+    assert counters["prompt_tokens"] / counters["finished"] == pytest.approx(100)
+    assert counters["generation_tokens"] / counters["finished"] == pytest.approx(10)

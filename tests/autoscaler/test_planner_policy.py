@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 
 import pytest
 from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics, write_profile
@@ -65,6 +67,38 @@ class Planner:
         self.reasons.append(decision.reason)
         self.values = decision.values
         return decision.desired
+
+
+# -- one code, in the autoscaler's image -----------------------------------------------------------
+
+
+def test_the_live_policies_import_neither_the_simulator_nor_torch():
+    """The autoscaler image holds neither: importing the service with both blocked must work."""
+    code = (
+        "import sys; sys.modules['nlgsim'] = sys.modules['torch'] = sys.modules['numpy'] = None; "
+        "import autoscaler.app, autoscaler.policy, autoscaler.planner; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_the_simulators_planner_is_the_live_one():
+    import autoscaler.capacity
+    import autoscaler.planner
+    import autoscaler.policy
+    import autoscaler.profile
+    import nlgsim.capacity
+    import nlgsim.planner
+    import nlgsim.policy
+    import nlgsim.profile
+    import nlgsim.slo
+
+    assert nlgsim.planner.planner_decide is autoscaler.planner.planner_decide
+    assert nlgsim.planner.planner_policy is autoscaler.policy.planner_policy
+    assert nlgsim.policy.Policy is autoscaler.policy.Policy
+    assert nlgsim.capacity.choices_per_second is autoscaler.capacity.choices_per_second
+    assert nlgsim.profile.EngineProfile is autoscaler.profile.EngineProfile
+    assert issubclass(nlgsim.slo.SLO, autoscaler.planner.SLO)
 
 
 # -- configuration ---------------------------------------------------------------------------------

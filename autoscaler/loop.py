@@ -183,6 +183,12 @@ class Controller:
             target = self._targets.get(model_id)
             return target.view() if target else None
 
+    def last_decision(self, model_id: str) -> tuple[float, Decision] | None:
+        """The target's latest round: its time and decision (``None`` before its first)."""
+        with self._lock:
+            target = self._targets.get(model_id)
+            return target.history[-1] if target is not None and target.history else None
+
     def views(self) -> list[dict[str, Any]]:
         with self._lock:
             return [t.view() for t in self._targets.values()]

@@ -7,11 +7,13 @@ they were scheduled, so a run is a function of its scenario: same scenario and s
 for bit. An idle engine starts its step after every request of that instant has arrived, as the real
 engine loop takes everything in its inbox before a step.
 
-The autoscaler is modelled as deployed: every ``scrape_interval`` seconds each ready pod's metrics
-are read into an ``autoscaler.aggregate.PodSample`` (what the collector builds from ``/metrics``);
-every ``loop_interval`` seconds the real ``WindowAggregator`` takes the samples scraped since the last
-round and the policy (``autoscaler.decide.decide`` or one with its signature) decides; the Deployment
-is then scaled to the decision at once, and new pods become ready ``startup_s`` later.
+The autoscaler is the deployed one: every ``scrape_interval`` seconds each ready pod's metrics are
+read into an ``autoscaler.aggregate.PodSample`` (what the collector builds from ``/metrics``); every
+``loop_interval`` seconds the service's own control loop, ``autoscaler.loop.Controller``, runs a
+round on the simulated clock: it observes the Deployment through :class:`ClusterActuator`, reads the
+window from :class:`ScrapedSource` (the real ``WindowAggregator`` over the samples scraped since the
+last round), lets the policy decide and scales the Deployment, which creates or deletes pods at
+once; new pods become ready ``startup_s`` later. There is no copy of the round here.
 """
 
 from __future__ import annotations
@@ -22,8 +24,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler.aggregate import Histogram, PodSample, Snapshot, WindowAggregator, stale_after
+from prometheus_client import CollectorRegistry
+
+from autoscaler.actuate import Observed
+from autoscaler.aggregate import Histogram, PodSample, Snapshot, WindowAggregator, WindowStats, stale_after
 from autoscaler.config import SourceSpec
+from autoscaler.loop import Controller
+from autoscaler.telemetry import Telemetry
 from nlgsim.cluster import Cluster, Pod
 from nlgsim.instruments import Histogram as PodHistogram
 from nlgsim.instruments import PodInstruments
@@ -101,6 +108,45 @@ def pod_sample(m: PodInstruments) -> PodSample:
     )
 
 
+#: The simulated model and Deployment, as the controller names them.
+MODEL = "sim"
+
+
+class ScrapedSource:
+    """The controller's metric source: the samples scraped since the last round, in the real aggregator."""
+
+    def __init__(self, aggregator: WindowAggregator) -> None:
+        self.aggregator = aggregator
+        self.scraped: list[tuple[float, Snapshot]] = []
+
+    def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
+        self.aggregator.time_window = time_window
+        for t, snapshot in self.scraped:
+            self.aggregator.record(t, snapshot)
+        self.scraped = []
+        return self.aggregator.window(now)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class ClusterActuator:
+    """The controller's actuator: the simulated Deployment, scaled at once (pods start up later)."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def observe(self, target: str) -> Observed:
+        return Observed(self.sim.cluster.current)
+
+    def scale(self, target: str, replicas: int, expected: int) -> int:
+        self.sim.scale_to(replicas)
+        return self.sim.cluster.current
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 class Simulation:
     def __init__(self, scenario: Scenario) -> None:
         self.s = scenario
@@ -114,14 +160,18 @@ class Simulation:
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self._left = len(self.states)
-        self._scraped: list[tuple[float, Snapshot]] = []
         self.now = 0.0
         policy = scenario.policy
-        self._state: Any = None
-        self._aggregator: WindowAggregator | None = None
+        self.source: ScrapedSource | None = None
+        self.controller: Controller | None = None
         if policy is not None:
             stale = scenario.stale_after or stale_after(scenario.loop_interval, SourceSpec().timeout)
-            self._aggregator = WindowAggregator(policy.spec.time_window, stale)
+            self.source = ScrapedSource(WindowAggregator(policy.spec.time_window, stale))
+            self.controller = Controller(
+                self.source, ClusterActuator(self), Telemetry(CollectorRegistry()), source_kind="direct",
+                clock=lambda: self.now, policies=lambda spec: policy,
+            )  # fmt: skip
+            self.controller.set_config_target(MODEL, policy.spec, MODEL)
 
     def _push(self, t: float, kind: int, payload: Any = None) -> None:
         heapq.heappush(self._events, (t, kind, next(self._seq), payload))
@@ -131,7 +181,6 @@ class Simulation:
         for _ in range(s.initial_replicas):
             self.cluster.mark_ready(self.cluster.create(0.0, ready_now=True), 0.0)
         if s.policy is not None:
-            self._state = s.policy.initial(s.initial_replicas)
             self._push(s.scrape_interval, _SCRAPE)
             self._push(s.loop_interval, _LOOP)
         if self.states:
@@ -208,33 +257,28 @@ class Simulation:
             self._submit(target, self.cluster.pending.popleft())
 
     def _scrape(self) -> None:
+        assert self.source is not None
         self._push(self.now + self.s.scrape_interval, _SCRAPE)
         snapshot = {f"pod-{p.index}": pod_sample(p.replica.metrics) for p in self.cluster.ready}
-        self._scraped.append((self.now, snapshot))
+        self.source.scraped.append((self.now, snapshot))
 
     def _loop(self) -> None:
-        s = self.s
-        assert s.policy is not None and self._aggregator is not None
-        self._push(self.now + s.loop_interval, _LOOP)
-        for t, snapshot in self._scraped:
-            self._aggregator.record(t, snapshot)
-        self._scraped = []
-        window = self._aggregator.window(self.now)
+        assert self.controller is not None
+        self._push(self.now + self.s.loop_interval, _LOOP)
+        self.controller.run_once()
+        last = self.controller.last_decision(MODEL)
+        if last is not None and last[0] == self.now:
+            _, d = last
+            self.loops.append(LoopRecord(self.now, d.current, d.desired, d.valid, d.reason, dict(d.values)))
+
+    def scale_to(self, replicas: int) -> None:
+        """The Deployment's new replica count: pods created (ready after start-up) or deleted."""
         current = self.cluster.current
-        # As the live loop does: the policy learns the replicas the Deployment has, then decides.
-        self._state = self._state.with_replicas(current)
-        decision, self._state = s.policy.decide(window, s.policy.spec, self._state, self.now)
-        self.loops.append(
-            LoopRecord(
-                self.now, current, decision.desired, decision.valid, decision.reason, dict(decision.values)
-            )
-        )
-        if decision.desired > current:
-            for _ in range(decision.desired - current):
-                pod = self.cluster.create(self.now)
-                self._push(pod.ready_at, _READY, pod)
-        elif decision.desired < current:
-            self.cluster.delete(current - decision.desired, self.now)
+        for _ in range(replicas - current):
+            pod = self.cluster.create(self.now)
+            self._push(pod.ready_at, _READY, pod)
+        if replicas < current:
+            self.cluster.delete(current - replicas, self.now)
 
 
 def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> RunLog:

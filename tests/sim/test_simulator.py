@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import replace
 
 import pytest
 from sim_testkit import paper_profile, req
 
 import autoscaler.decide
+import nlgsim.simulator
 from autoscaler.aggregate import WindowAggregator
 from autoscaler.config import RateLimit, ScalerSpec
+from autoscaler.loop import Controller
 from nlgsim.policy import hpa_policy
 from nlgsim.results import SLO, summarize
 from nlgsim.simulator import Scenario, Simulation, pod_sample, simulate
@@ -29,7 +32,24 @@ def test_the_simulator_runs_the_live_autoscalers_code():
     policy = hpa_policy(SPEC)
     assert policy.decide is autoscaler.decide.decide
     sim = Simulation(Scenario(paper_profile(), [req(0, 0.0)], policy))
-    assert type(sim._aggregator) is WindowAggregator
+    assert sim.source is not None and type(sim.source.aggregator) is WindowAggregator
+
+
+def test_the_simulators_only_control_loop_is_the_services_controller():
+    """Every round goes through autoscaler.loop.Controller; the simulator holds no copy of one."""
+    sim = Simulation(Scenario(paper_profile(), thesis_requests(SIMPLE, 2.0, 200, seed=0), hpa_policy(SPEC)))
+    assert type(sim.controller) is Controller
+    log = sim.run()
+    view = sim.controller.view("sim")
+    assert view is not None
+    n = len(view["decisions"])  # the controller keeps its last 50
+    assert n == min(50, len(log.loops)) and len(log.loops) > 10
+    assert [(r.time, r.desired, r.reason) for r in log.loops[-n:]] == [
+        (d["time"], d["desired"], d["reason"]) for d in reversed(view["decisions"])
+    ]
+    source = inspect.getsource(nlgsim.simulator)
+    for copy_of_the_round in (".decide(", "with_replicas(", "WindowStats.empty", "rate_limit("):
+        assert copy_of_the_round not in source
 
 
 def test_pod_sample_is_what_the_collector_reads():

@@ -91,7 +91,10 @@ def test_sigterm_ends_every_stream_with_a_final_response_and_exits_cleanly(tmp_p
         assert server.process is not None
         stopped_at = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
-        code = server.process.wait(BUDGET.exit_timeout_seconds + 10)
+        try:
+            code = server.process.wait(BUDGET.exit_timeout_seconds + 10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the server did not exit after SIGTERM; its log ends:\n{server.log_text()[-6000:]}")
         took = time.monotonic() - stopped_at
         for thread in threads:
             thread.join(30)

@@ -152,8 +152,16 @@ class App:
     # -- reload ----------------------------------------------------------------------------------
 
     def apply(self, new: AutoscalerConfig) -> None:
-        """Applies a reloaded configuration between two rounds (called from the loop thread)."""
+        """Applies a reloaded configuration between two rounds (called from the loop thread); one whose
+        target an API target already scales is refused whole, and the running one stays."""
         old, controller = self.config, self.controller
+        conflict = controller.config_target_conflict(new.model_id, self._config_target(new))
+        if conflict is not None:
+            if self.watcher is not None:
+                self.watcher.refuse(conflict)
+            else:
+                log.error("configuration not applied: %s", conflict)
+            return
         if new.source != old.source or new.loop.interval != old.loop.interval:
             controller.source.close()
             controller.source = self._source(new)

@@ -127,6 +127,18 @@ class Controller:
         self._targets[target.model_id] = target
         self.telemetry.bind(target.model_id, self.source_kind, target.signals())
 
+    def config_target_conflict(self, model_id: str, scale_target: str) -> str | None:
+        """Why the config file may not take this target (an API target holds the model or what it
+        scales), or None."""
+        with self._lock:
+            for other in self._targets.values():
+                if other.origin == "api" and (other.model_id == model_id or other.scale_target == scale_target):
+                    return (
+                        f"{scale_target!r} for model {model_id!r}: already scaled for model {other.model_id!r} "
+                        "(api); two targets would undo each other's replicas (DELETE that target first)"
+                    )
+        return None
+
     def set_config_target(self, model_id: str, spec: ScalerSpec, scale_target: str) -> None:
         """The config file's target; a reload with another ``model_id`` drops the old one."""
         with self._lock:

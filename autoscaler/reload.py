@@ -24,6 +24,7 @@ class ConfigWatcher:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.current: AutoscalerConfig | None = None
+        self.previous: AutoscalerConfig | None = None
         self.last_error: str | None = None
         self._digest: str | None = None
 
@@ -58,5 +59,10 @@ class ConfigWatcher:
         if config == self.current:
             return None
         log.warning("%s changed: applying the new configuration", self.path)
-        self.current = config
+        self.previous, self.current = self.current, config
         return config
+
+    def refuse(self, reason: str) -> None:
+        """The configuration `poll()` just returned could not be applied: the running one stays."""
+        self.current, self.last_error = self.previous, reason
+        log.error("%s changed but was not applied; keeping the running config. %s", self.path, reason)

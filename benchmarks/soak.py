@@ -100,6 +100,11 @@ def stub_pids(server: int, proc: Path = Path("/proc")) -> list[int]:
     return stubs
 
 
+# VmRSS's parts: the heap and other private memory; mapped files (libraries, weights read from disk);
+# shared memory (the Python backend's pool that carries requests and responses to the server).
+RSS_PARTS = {"anon": "RssAnon", "file": "RssFile", "shmem": "RssShmem"}
+
+
 def memory_sample(server: int, proc: Path = Path("/proc")) -> dict[str, int]:
     """RSS in kB by process: the server, and each stub as `stub <pid>`. Gone processes are left out."""
     sample = {}
@@ -108,6 +113,16 @@ def memory_sample(server: int, proc: Path = Path("/proc")) -> dict[str, int]:
         if kb is not None:
             sample[name] = kb
     return sample
+
+
+def rss_parts(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
+    """Each process's RSS split as RSS_PARTS says, in kB (where the kernel reports the split)."""
+    parts = {}
+    for name, pid in [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]:
+        status = _status(pid, proc)
+        if all(field in status for field in RSS_PARTS.values()):
+            parts[name] = {part: int(status[field].split()[0]) for part, field in RSS_PARTS.items()}
+    return parts
 
 
 def machine(proc: Path = Path("/proc")) -> dict[str, Any]:
@@ -325,6 +340,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "t": round(now - start, 2),
                         "phase": phase,
                         "rss_kb": memory_sample(server.process.pid),
+                        "rss_parts_kb": rss_parts(server.process.pid),
                         "tokens": loop.tokens,
                         "requests": loop.finished,
                         "kv_usage": kv_usage(server.metrics_url),
@@ -451,6 +467,19 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
             f"{v.slope_mb_per_hour:+.0f} MB/h | "
             f"**{v.label}** |"
         )
+    split = growth_by_part(samples)
+    if split:
+        lines += [
+            "",
+            "Where the growth over the second half of the load is (VmRSS's parts, same medians): `anon` is the "
+            "heap and other private memory, `file` mapped files, `shmem` the Python backend's shared-memory "
+            "pool that carries requests and responses.",
+            "",
+            "| process | " + " | ".join(f"{part} MB" for part in RSS_PARTS) + " |",
+            "|---|" + "---|" * len(RSS_PARTS),
+        ]
+        for name, growth in split.items():
+            lines.append(f"| {name} | " + " | ".join(f"{growth[part]:+.1f}" for part in RSS_PARTS) + " |")
     lines += [
         "",
         f"The stub's first sample already holds the KV cache: {results['kv_pages']} pages, room for max_num_seqs "
@@ -461,6 +490,30 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
         f"![RSS of each process and tokens/s over the run]({figure})",
     ]
     return "\n".join(lines) + "\n"
+
+
+def growth_by_part(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each process's growth in MB over the second half of the load, per part of its RSS, taken as the
+    verdict takes the whole (medians of EDGE_SAMPLES at each end); empty for results without the split."""
+    load = [s for s in samples if s["phase"] == "load"]
+    if not load or not all(s.get("rss_parts_kb") for s in load):
+        return {}
+    start, end = load[0]["t"], load[-1]["t"]
+    out = {}
+    for name in processes(samples):
+        second = [
+            s["rss_parts_kb"][name] for s in load if s["t"] >= start + (end - start) / 2 and name in s["rss_parts_kb"]
+        ]
+        if len(second) < 2 * EDGE_SAMPLES:
+            continue
+        out[name] = {
+            part: (
+                _median([p[part] for p in second[-EDGE_SAMPLES:]]) - _median([p[part] for p in second[:EDGE_SAMPLES]])
+            )
+            / 1024
+            for part in RSS_PARTS
+        }
+    return out
 
 
 def phase_spans(samples: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:

@@ -138,3 +138,24 @@ def test_cli_runs_until_sigterm(tmp_path, pod):
             process.wait()
     assert process.returncode == 0, err.decode()[-2000:]
     assert b"stopping" in err
+
+
+def test_a_reload_onto_a_target_the_api_scales_is_refused_and_the_running_config_stays(tmp_path, pod):
+    from autoscaler.config import Registration, ScalerSpec
+
+    path = tmp_path / "autoscaler.yaml"
+    write(path, base_config(pod))
+    watcher = ConfigWatcher(path)
+    app = App(watcher.load(), watcher=watcher)
+    try:
+        app.controller.register(Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000)))
+        write(path, {**base_config(pod), "model_id": "bert"})
+        app._before_round()
+        assert "already scaled for model 'bert' (api)" in (watcher.last_error or "")
+        assert app.config.model_id == "gpt2" and watcher.current is not None and watcher.current.model_id == "gpt2"
+        assert {v["model_id"]: v["origin"] for v in app.controller.views()} == {"gpt2": "config", "bert": "api"}
+        write(path, {**base_config(pod), "scaler": {**base_config(pod)["scaler"], "threshold": 40}})
+        app._before_round()  # a reload that takes no API target's place goes through
+        assert watcher.last_error is None and app.config.scaler.threshold == 40
+    finally:
+        app.stop()

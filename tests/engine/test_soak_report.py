@@ -90,6 +90,23 @@ def test_a_large_process_is_held_to_a_fraction_of_itself():
     assert soak.verdict(samples(rss), "stub 7", fraction=0.005).plateau is False
 
 
+def test_growth_is_split_into_heap_files_and_shared_memory_as_the_verdict_halves_the_load(tmp_path: Path):
+    # Heap flat, the shared-memory pool growing 2 MB a sample, files constant; a sample without the split
+    # (an older results file) gives no split at all.
+    load = [
+        {"t": i * 10.0, "phase": "load", "rss_kb": {"stub 7": 0},
+         "rss_parts_kb": {"stub 7": {"anon": 500 * 1024, "file": 80 * 1024, "shmem": (10 + 2 * i) * 1024}}}
+        for i in range(20)
+    ]  # fmt: skip
+    growth = soak.growth_by_part(load)["stub 7"]
+    assert growth == {"anon": 0.0, "file": 0.0, "shmem": pytest.approx(2 * (18 - 11))}
+    assert soak.growth_by_part([{**s, "rss_parts_kb": {}} for s in load]) == {}
+    fake_process(tmp_path, 5, 0, "/x/bin/tritonserver", 100)
+    status = tmp_path / "5" / "status"
+    status.write_text(status.read_text() + "RssAnon:\t  60 kB\nRssFile:\t  30 kB\nRssShmem:\t  10 kB\n")
+    assert soak.rss_parts(5, tmp_path) == {"tritonserver": {"anon": 60, "file": 30, "shmem": 10}}
+
+
 def test_the_bound_decides_at_its_edge():
     rss = [1000.0] * 10 + [1000.0 + 10 * i for i in range(10)]  # second half grows 70 MB over ~1010
     v = soak.verdict(samples(rss), "stub 7")

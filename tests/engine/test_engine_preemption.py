@@ -66,3 +66,14 @@ def test_preempted_choices_of_one_request_each_resume_their_own_text(model):
     # choices then grow to 21 pages, more than the 24 pages hold with "other" running.
     tight = generate(24, trained_predictor(params, 3, 16))
     assert tight == roomy
+
+
+def test_the_predictors_counts_reach_the_engines_stats(model):
+    params = SamplingParams(max_tokens=100, temperature=0.0, ignore_eos=True)
+    prompts = {f"r{i}": [100 + i, 200 + i, 300 + i] + list(range(400, 417)) for i in range(4)}
+    engine = make_engine(model, pages=512, chunk=32, predictor=trained_predictor(params, 20, 16))
+    run(engine, {0: [(rid, prompt, params) for rid, prompt in prompts.items()]})
+    stats = engine.stats()
+    # Four arrivals, each predicted at 16 tokens; with room for all (no preemption doubles a prediction)
+    # every choice ran to 100.
+    assert (stats.length_predictions, stats.length_underestimates) == (4, 4)

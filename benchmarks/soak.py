@@ -316,6 +316,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
     env = {"NLG_PRESET": args.preset} if args.preset else {}
     samples: list[dict[str, Any]] = []
+    load_before = os.getloadavg()[0]  # what else the machine was doing, for the report
     with TritonServer(env=env, ready_timeout=900, log_path=args.server_log) as server:
         assert server.process is not None
         loop = ClosedLoop(server.grpc_url, args.streams, args)
@@ -375,6 +376,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "prompt_tokens": list(args.prompt),
             "output_tokens": list(args.output),
             "nice": os.nice(0),
+            "loadavg_before": round(load_before, 2),
             "malloc_arena_max": server_env("MALLOC_ARENA_MAX"),
         },
         "kv_bytes_per_page": kv_page,
@@ -422,6 +424,15 @@ def minutes(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} minutes"
 
 
+def machine_load(setup: dict[str, Any]) -> str:
+    if "loadavg_before" not in setup:
+        return f"shared with other work, the soak ran at nice {setup['nice']}"
+    return (
+        f"the soak ran at nice {setup['nice']}; the machine's 1-minute load average just before it was "
+        f"{setup['loadavg_before']:.2f}"
+    )
+
+
 def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
     setup, m, samples = results["setup"], results["machine"], results["samples"]
     load = [s for s in samples if s["phase"] == "load"]
@@ -435,7 +446,7 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
         "# Soak: memory under a steady 64-stream load",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB memory, Python {m['python']}, no GPU; "
-        f"shared with other work, the soak ran at nice {setup['nice']}. Measured {results['date']} on "
+        f"{machine_load(setup)}. Measured {results['date']} on "
         f"{results['code']} with `benchmarks/soak.py` (this report is rendered from `benchmarks/results/soak.json`).",
         "",
         f"Load: tritonserver on `model_repository/` (preset `{setup['preset']}`, CPU, "

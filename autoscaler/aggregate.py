@@ -35,8 +35,6 @@ from typing import Final
 
 #: Histogram families (short names) the Triton model emits, see docs/metrics.md.
 LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl")
-#: Gauges summed (``waiting``, ``running``) or averaged (``kv_usage``) over fresh pods.
-GAUGES: Final[tuple[str, ...]] = ("waiting", "running", "kv_usage")
 #: Counters whose increase over the window is summed over pods (the planner's mix of lengths).
 COUNTERS: Final[tuple[str, ...]] = ("prompt_tokens", "generation_tokens", "finished")
 

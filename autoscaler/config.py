@@ -196,11 +196,6 @@ class ScalerSpec:
             seen.add(signal.metric)
         return errors
 
-    @property
-    def primary_metric(self) -> str:
-        """The signal the thesis's policy scales on: the window mean of its latency."""
-        return "pertoken_mean" if self.type == "pertoken" else "request_mean"
-
 
 @dataclass(frozen=True)
 class SourceSpec:

@@ -109,10 +109,6 @@ class OracleResult:
                 total += max(hi - lo, 0.0)
         return total
 
-    def at(self, t: float) -> int:
-        i = min(int(t // self.interval), len(self.replicas) - 1)
-        return self.replicas[max(i, 0)]
-
 
 def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: float) -> list[tuple[float, float]]:
     """When the ``level``-th replica is ready: the intervals needing it, gaps under a start-up bridged."""

@@ -81,13 +81,11 @@ class RecordingActuator:
     def __init__(self, initial: int = 1) -> None:
         self.initial = initial
         self.replicas: dict[str, int] = {}
-        self.calls: list[tuple[str, int]] = []
 
     def observe(self, target: str) -> Observed:
         return Observed(self.replicas.get(target, self.initial))
 
     def scale(self, target: str, replicas: int, expected: int) -> int:
-        self.calls.append((target, replicas))
         self.replicas[target] = replicas
         return replicas
 

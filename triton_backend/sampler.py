@@ -102,8 +102,9 @@ def _sample_rows(logits: torch.Tensor, states: list[SamplingState]) -> torch.Ten
     top_p = [p.top_p for p in params]
     if any(p < 1.0 for p in top_p):
         scaled = _keep_top_p(scaled, top_p)
-    # Unnormalized weights: the CDF's last value is the total, which the point is scaled to.
-    cdf = scaled.sub_(scaled.amax(dim=-1, keepdim=True)).exp_().cumsum_(dim=-1)
+    # Unnormalized weights: the CDF's last value is the total, which the point is scaled to. Each row's
+    # maximum is already 0 (taken off above; top-k and top-p keep the most likely token).
+    cdf = scaled.exp_().cumsum_(dim=-1)
     total = cdf[:, -1]
     uniform = torch.tensor([state.uniform() for state in states], device=device)
     # Strictly below the total, a point can only fall in a token with mass: searching to the right

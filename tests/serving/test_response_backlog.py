@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Any
 
+from fake_pb_utils import FakePbUtils
+
 from triton_backend.engine import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.presets import ModelInfo
@@ -45,43 +47,16 @@ class SlowClient:
         return False
 
 
-class Metric:
-    """Records each update with how many responses the client had read by then."""
-
-    def __init__(self, name: str, client: SlowClient, updates: list[tuple[str, float, int]]) -> None:
-        self._name, self._client, self._updates = name, client, updates
-
-    def set(self, value: float) -> None:
-        self._updates.append((self._name, value, self._client.sent))
-
-    observe = increment = set
-
-
-class PbUtils:
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+class PbUtils(FakePbUtils):
+    """Records each metric update with how many responses the client had read by then."""
 
     def __init__(self, client: SlowClient) -> None:
+        super().__init__()
+        self.client = client
         self.updates: list[tuple[str, float, int]] = []
-        pb = self
 
-        class MetricFamily:
-            GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
-
-            def __init__(self, name: str, description: str, kind: str) -> None:
-                self.name = name
-
-            def Metric(self, labels: dict[str, str], buckets: list[float] | None = None) -> Metric:  # noqa: N802
-                return Metric(self.name, client, pb.updates)
-
-        self.MetricFamily = MetricFamily
-
-    @staticmethod
-    def Tensor(name: str, array: Any) -> tuple[str, Any]:  # noqa: N802
-        return name, array
-
-    @staticmethod
-    def InferenceResponse(output_tensors: Any = None, error: Any = None) -> dict[str, Any]:  # noqa: N802
-        return {"outputs": output_tensors, "error": error}
+    def record(self, kind: str, name: str, labels: dict[str, str], value: float) -> None:
+        self.updates.append((name, value, self.client.sent))
 
 
 def token(i: int, arrival: float, request_id: str = "r0", last: bool | None = None) -> RequestOutput:

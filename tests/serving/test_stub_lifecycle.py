@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 import pytest
+from fake_pb_utils import FakePbUtils
 
 from triton_backend.engine import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
@@ -22,53 +23,15 @@ from triton_backend.triton_requests import ResponseOptions
 from triton_backend.triton_responses import Open, ResponseThread
 
 
-class PbUtils:
-    """Triton's Python API as far as the response thread and the metrics use it; records every call."""
-
-    TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+class PbUtils(FakePbUtils):
+    """Records every metric update."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.calls: list[tuple[str, str, dict[str, str], float]] = []
-        pb = self
 
-        class Metric:
-            def __init__(self, name: str, labels: dict[str, str]) -> None:
-                self.name, self.labels = name, labels
-
-            def set(self, value: float) -> None:
-                pb.calls.append(("set", self.name, self.labels, value))
-
-            def increment(self, value: float) -> None:
-                pb.calls.append(("increment", self.name, self.labels, value))
-
-            def observe(self, value: float) -> None:
-                pb.calls.append(("observe", self.name, self.labels, value))
-
-        class MetricFamily:
-            GAUGE, COUNTER, HISTOGRAM = "gauge", "counter", "histogram"
-
-            def __init__(self, name: str, description: str, kind: str) -> None:
-                self.name = name
-
-            def Metric(self, labels: dict[str, str], buckets: list[float] | None = None) -> Metric:  # noqa: N802
-                return Metric(self.name, labels)
-
-        class TritonError:
-            INVALID_ARG, INTERNAL, CANCELLED = "invalid", "internal", "cancelled"
-
-            def __init__(self, message: str, code: str) -> None:
-                self.message, self.code = message, code
-
-        self.MetricFamily = MetricFamily
-        self.TritonError = TritonError
-
-    @staticmethod
-    def Tensor(name: str, array: Any) -> tuple[str, Any]:  # noqa: N802
-        return name, array
-
-    @staticmethod
-    def InferenceResponse(output_tensors: Any = None, error: Any = None) -> dict[str, Any]:  # noqa: N802
-        return {"outputs": output_tensors, "error": error}
+    def record(self, kind: str, name: str, labels: dict[str, str], value: float) -> None:
+        self.calls.append((kind, name, labels, value))
 
     def total(self, name: str, **labels: str) -> float:
         return sum(

@@ -105,10 +105,15 @@ def stub_pids(server: int, proc: Path = Path("/proc")) -> list[int]:
 RSS_PARTS = {"anon": "RssAnon", "file": "RssFile", "shmem": "RssShmem"}
 
 
+def named_processes(server: int, proc: Path = Path("/proc")) -> list[tuple[str, int]]:
+    """The server, and each of its stubs as `stub <pid>`."""
+    return [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]
+
+
 def memory_sample(server: int, proc: Path = Path("/proc")) -> dict[str, int]:
-    """RSS in kB by process: the server, and each stub as `stub <pid>`. Gone processes are left out."""
+    """RSS in kB by process (`named_processes`). Gone processes are left out."""
     sample = {}
-    for name, pid in [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]:
+    for name, pid in named_processes(server, proc):
         kb = rss_kb(pid, proc)
         if kb is not None:
             sample[name] = kb
@@ -118,7 +123,7 @@ def memory_sample(server: int, proc: Path = Path("/proc")) -> dict[str, int]:
 def rss_parts(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
     """Each process's RSS split as RSS_PARTS says, in kB (where the kernel reports the split)."""
     parts = {}
-    for name, pid in [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]:
+    for name, pid in named_processes(server, proc):
         status = _status(pid, proc)
         if all(field in status for field in RSS_PARTS.values()):
             parts[name] = {part: int(status[field].split()[0]) for part, field in RSS_PARTS.items()}

@@ -145,6 +145,7 @@ class TritonServer:
         self.model_repository = model_repository
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self._env = server_environment()
+        self._env["NLG_TRITON_HTTP_URL"] = f"http://127.0.0.1:{self.http_port}"  # the model asks it if it is ready
         self._env.update(env or {})
         self.drain = drain or DrainBudget()
         self._extra_args = with_drain_budget(self.drain, self._env, extra_args)

@@ -3,7 +3,10 @@
 Stopping: Triton keeps a model loaded until every stream of it has sent its final response, so on
 SIGTERM finalize() would only run once the streams were done, and a stream longer than the exit
 timeout would meet Triton's forced exit. Triton marks the model not ready as soon as it begins to
-stop; `watch_readiness` sees that and starts the engine's drain then.
+stop, and closes its HTTP endpoint; `watch_readiness` sees either and starts the engine's drain then.
+It asks over that endpoint (`http_model_ready`), with a timeout and without the interpreter's lock,
+not through `pb_utils.is_model_ready`, which waits on the server holding the lock: with that call,
+a stop that came in the first half second of the streams drained nothing and ran into the forced exit.
 
 Gone: the stub watches its parent itself, but its exit path needs the GIL and a lock that a thread
 blocked on the dead server can hold for ever; such a stub lived on with PPID 1, holding its memory
@@ -18,12 +21,19 @@ import logging
 import os
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
+from typing import Literal
 
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL = 0.5
+# tritonserver's own default; nlg-triton and the test kit's server set NLG_TRITON_HTTP_URL to theirs.
+DEFAULT_TRITON_HTTP_URL = "http://127.0.0.1:8000"
 READINESS_CHECK_INTERVAL = 0.5
+FIRST_ANSWER_INTERVAL = 0.02
 
 
 def watch_parent(
@@ -44,28 +54,57 @@ def watch_parent(
     return thread
 
 
+Readiness = Literal["ready", "not ready", "gone", "unknown"]
+
+
+def http_model_ready(base_url: str, model: str, version: str, timeout: float = 1.0) -> Callable[[], Readiness]:
+    """Asks `base_url` (tritonserver's HTTP endpoint) whether the model is ready: "ready", "not ready"
+    (the server said so), "gone" (the connection was refused: no endpoint there, or no longer), or
+    "unknown" (no answer in time: an overloaded server is no stopping one)."""
+    url = f"{base_url.rstrip('/')}/v2/models/{urllib.parse.quote(model)}/versions/{urllib.parse.quote(version)}/ready"
+
+    def ready() -> Readiness:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                return "ready" if response.status == 200 else "not ready"
+        except urllib.error.HTTPError:
+            return "not ready"
+        except urllib.error.URLError as err:
+            return "gone" if isinstance(err.reason, ConnectionRefusedError) else "unknown"
+        except ConnectionError:
+            return "gone"
+        except OSError:
+            return "unknown"
+
+    return ready
+
+
 def watch_readiness(
-    is_ready: Callable[[], bool],
+    is_ready: Callable[[], Readiness],
     busy: Callable[[], bool],
     on_stopping: Callable[[], None],
     interval: float = READINESS_CHECK_INTERVAL,
 ) -> threading.Thread:
     """Starts a daemon thread that calls `on_stopping()` once the model is no longer ready, then ends.
 
-    Asks only while `busy()`: with no stream open there is nothing to drain (finalize() stops an idle
-    engine at once), and no call into the server is in flight when it dies. It asks nothing more once
-    the server is stopping: an unloading model's calls into it can wait on the unload.
+    Asks every `interval` (more often until the first answer), from the start: tritonserver closes
+    its HTTP endpoint the moment it is told to stop, so an endpoint that answered before and is gone
+    now means stopping, and it must have answered before the stop. "not ready" means stopping (or
+    unloading) at once. An endpoint that never answered (HTTP off, another port) leaves the drain to
+    finalize(). Only `busy()` instances drain; an idle one has nothing to drain and keeps watching.
     """
 
-    def ready() -> bool:
-        try:
-            return is_ready()
-        except Exception:  # a stopping server answers "Server not ready" with an error
-            return False
-
     def run() -> None:
-        while not busy() or ready():
-            time.sleep(interval)
+        answered = False
+        while True:
+            state = is_ready()
+            stopping = state == "not ready" or (state == "gone" and answered)
+            answered = answered or state in ("ready", "not ready")
+            if stopping and busy():
+                break
+            # Until the endpoint first answers, ask often: tritonserver opens it just after loading
+            # the model, and a stop soon after would otherwise find it closed before it was ever seen.
+            time.sleep(interval if answered else FIRST_ANSWER_INTERVAL)
         log.info("model not ready (the server is stopping or unloading it): draining its streams")
         on_stopping()
 

@@ -26,7 +26,7 @@ from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
-from triton_backend.server_watch import watch_parent, watch_readiness
+from triton_backend.server_watch import DEFAULT_TRITON_HTTP_URL, http_model_ready, watch_parent, watch_readiness
 from triton_backend.settings import ModelSettings, load_settings
 from triton_backend.tokenizer import load_tokenizer
 from triton_backend.triton_metrics import TritonMetrics
@@ -68,7 +68,7 @@ class GPT2Model:
         self._engine.start()
         name, version = args["model_name"], args["model_version"]
         watch_readiness(
-            lambda: bool(pb_utils.is_model_ready(name, version)),
+            http_model_ready(os.environ.get("NLG_TRITON_HTTP_URL", DEFAULT_TRITON_HTTP_URL), name, str(version)),
             busy=self._busy,
             on_stopping=lambda: self._engine.drain(self._drain_seconds),
         )

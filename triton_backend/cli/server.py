@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as err:
         parser.error(str(err))
+    env.setdefault("NLG_TRITON_HTTP_URL", f"http://127.0.0.1:{http_port(server_args)}")
     command = server_command(args.model_repository.resolve(), server_args)
     sys.stdout.flush()
     os.execve(command[0], command, env)
@@ -50,3 +51,14 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def http_port(server_args: list[str]) -> int:
+    """The HTTP port the tritonserver arguments give (``--http-port=N`` or ``--http-port N``), else its default."""
+    for i, arg in enumerate(server_args):
+        value = arg.split("=", 1)[1] if arg.startswith("--http-port=") else None
+        if arg == "--http-port" and i + 1 < len(server_args):
+            value = server_args[i + 1]
+        if value is not None and value.isdigit():  # tritonserver itself refuses anything else
+            return int(value)
+    return 8000

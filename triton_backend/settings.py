@@ -53,7 +53,7 @@ class DrainBudget:
         return pre_stop_seconds + self.exit_timeout_seconds + margin_seconds
 
 
-_DEFAULTS = {
+DEFAULTS = {
     "preset": "gpt2",
     "weights_path": "",
     "dtype": "auto",
@@ -65,7 +65,7 @@ _DEFAULTS = {
     "cuda_graphs": "true",
     "drain_seconds": str(DrainBudget().drain_seconds),
 }
-_DTYPES = ("auto", "float32", "float16", "bfloat16")
+DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 class InvalidSettings(ValueError):
@@ -91,14 +91,14 @@ class ModelSettings:
 
 def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> ModelSettings:
     """Settings from config.pbtxt `parameters` (name -> string) with NLG_* variables on top."""
-    raw = dict(_DEFAULTS)
+    raw = dict(DEFAULTS)
     errors = [
-        f"parameters: unknown key {key!r}; known: {', '.join(_DEFAULTS)}"
+        f"parameters: unknown key {key!r}; known: {', '.join(DEFAULTS)}"
         for key in parameters
         if key not in raw
     ]
     raw.update({k: v for k, v in parameters.items() if k in raw})
-    raw.update({key: environ[f"NLG_{key.upper()}"] for key in _DEFAULTS if f"NLG_{key.upper()}" in environ})
+    raw.update({key: environ[f"NLG_{key.upper()}"] for key in DEFAULTS if f"NLG_{key.upper()}" in environ})
 
     def integer(key: str, minimum: int) -> int:
         try:
@@ -112,8 +112,8 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
 
     if raw["preset"] not in PRESETS:
         errors.append(f"preset: must be one of {', '.join(PRESETS)}, got {raw['preset']!r}")
-    if raw["dtype"] not in _DTYPES:
-        errors.append(f"dtype: must be one of {', '.join(_DTYPES)}, got {raw['dtype']!r}")
+    if raw["dtype"] not in DTYPES:
+        errors.append(f"dtype: must be one of {', '.join(DTYPES)}, got {raw['dtype']!r}")
     flag = raw["cuda_graphs"].strip().lower()
     if flag not in ("true", "false"):
         errors.append(f"cuda_graphs: must be true or false, got {raw['cuda_graphs']!r}")

@@ -6,6 +6,10 @@ sink must not block (the Triton model's sink puts into the response sender's que
 :meth:`EngineLoop.stats` counts a request as waiting from the moment execute() hands it over, not
 from the engine's next snapshot: a step can take longer than a scrape interval, and a scale-in that
 read an accepted request as absent would retire the instance under it.
+
+Once the engine has had nothing to do for `idle_seconds` after some work, the loop calls `on_idle`
+once (the Triton model gives the heap's free pages back there): a pause shorter than that costs
+nothing, and an instance left idle does not hold its busiest moment's memory.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
 
 log = logging.getLogger(__name__)
+
+#: Quiet seconds after which `on_idle` runs.
+IDLE_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -53,10 +60,15 @@ class EngineLoop:
         engine: Engine,
         sink: Callable[[RequestOutput], None],
         clock: Callable[[], float] = time.monotonic,
+        on_idle: Callable[[], object] | None = None,
+        idle_seconds: float = IDLE_SECONDS,
     ) -> None:
         self._engine = engine
         self._sink = sink
         self._clock = clock
+        self._on_idle = on_idle
+        self._idle_seconds = idle_seconds
+        self._worked = False  # a step ran since on_idle last did
         self._inbox: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._stats = engine.stats()
         # Adds handed over but not yet in a snapshot: the execute thread counts up, the engine
@@ -101,10 +113,14 @@ class EngineLoop:
             block = not stopping and not self._engine.has_work
             applied = 0
             while True:
+                timeout = self._idle_seconds if block and self._worked and self._on_idle is not None else None
                 try:
-                    command = self._inbox.get(block=block)
+                    command = self._inbox.get(block=block, timeout=timeout)
                 except queue.Empty:
-                    break
+                    if not block:
+                        break
+                    self._idle()
+                    continue
                 block = False
                 if isinstance(command, _Stop):
                     stopping = True
@@ -124,6 +140,14 @@ class EngineLoop:
                 self._step()
             self._publish(applied)
         self._publish(applied)
+
+    def _idle(self) -> None:
+        self._worked = False
+        if self._on_idle is not None:
+            try:
+                self._on_idle()
+            except Exception:
+                log.exception("the engine's idle hook failed")
 
     def _publish(self, applied: int) -> None:
         stats = self._engine.stats()
@@ -146,6 +170,7 @@ class EngineLoop:
             self._sink(output)
 
     def _step(self) -> None:
+        self._worked = True
         try:
             outputs = self._engine.step()
         except Exception:

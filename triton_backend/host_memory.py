@@ -12,13 +12,19 @@ peak heap, which is the engine's working set and is needed again at the next ste
 
 It is one process-wide setting, so it belongs to whoever owns the process: the Triton model's
 ``initialize`` and the benchmark and profiling workers (a profile must time the engine as served).
+
+What is kept is given back once the engine has nothing to do (``release_freed_memory``, called by
+the engine loop after a quiet spell): an instance that served a burst and then sits idle, or waits
+to be scaled in, should not hold the burst's peak. The next step faults its temporaries in once.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +39,16 @@ MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 1 << 30
 
 
+@functools.cache
+def _libc_function(name: str) -> Any:
+    library = ctypes.util.find_library("c")
+    return None if library is None else getattr(ctypes.CDLL(library), name, None)
+
+
 def keep_freed_memory() -> bool:
     """Sets malloc to reuse freed blocks; False where the C library has no glibc ``mallopt``
     (nothing changes there)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    mallopt = getattr(ctypes.CDLL(name), "mallopt", None)
+    mallopt = _libc_function("mallopt")
     if mallopt is None:
         return False
     applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
@@ -51,3 +60,10 @@ def keep_freed_memory() -> bool:
     if not applied:
         log.info("mallopt refused the thresholds; freed host memory goes back to the kernel")
     return applied
+
+
+def release_freed_memory() -> bool:
+    """Gives the heap's free pages back to the kernel (glibc ``malloc_trim``); True if any went back.
+    Safe to call from any thread; a no-op (False) without glibc."""
+    malloc_trim = _libc_function("malloc_trim")
+    return bool(malloc_trim(0)) if malloc_trim is not None else False

@@ -24,7 +24,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
-from triton_backend.host_memory import keep_freed_memory
+from triton_backend.host_memory import keep_freed_memory, release_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
 from triton_backend.server_watch import DEFAULT_TRITON_HTTP_URL, http_model_ready, watch_parent, watch_readiness
 from triton_backend.settings import ModelSettings, load_settings
@@ -61,7 +61,7 @@ class GPT2Model:
             pb_utils, args["model_name"], args["model_version"], args.get("model_instance_name", ""), info
         )
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
-        self._engine = EngineLoop(engine, self._responses.put)
+        self._engine = EngineLoop(engine, self._responses.put, on_idle=release_freed_memory)
         self._drain_seconds = settings.drain_seconds
         self._ids = itertools.count()
         self._responses.start()

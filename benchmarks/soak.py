@@ -28,6 +28,7 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -105,6 +106,34 @@ def stub_pids(server: int, proc: Path = Path("/proc")) -> list[int]:
 RSS_PARTS = {"anon": "RssAnon", "file": "RssFile", "shmem": "RssShmem"}
 
 
+def heap_kb(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
+    """The `[heap]` mapping's size and resident part in kB: the memory glibc's main arena has claimed
+    from the kernel, and how much of it has been touched. With MALLOC_ARENA_MAX=1 every allocation
+    below the mmap threshold lives there. None when the process is gone or has no heap."""
+    try:
+        text = (proc / str(pid) / "smaps").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    found: dict[str, int] = {}
+    in_heap = False
+    for line in text.splitlines():
+        if "-" in line.split(" ", 1)[0] and not line.split(" ", 1)[0].endswith(":"):
+            in_heap = line.rstrip().endswith("[heap]")
+        elif in_heap and line.startswith(("Size:", "Rss:")):
+            found["size" if line.startswith("Size:") else "rss"] = int(line.split()[1])
+    return found if len(found) == 2 else None
+
+
+def heap_sample(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
+    """`heap_kb` of each process (`named_processes`) that has a heap."""
+    out = {}
+    for name, pid in named_processes(server, proc):
+        heap = heap_kb(pid, proc)
+        if heap is not None:
+            out[name] = heap
+    return out
+
+
 def named_processes(server: int, proc: Path = Path("/proc")) -> list[tuple[str, int]]:
     """The server, and each of its stubs as `stub <pid>`."""
     return [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]
@@ -179,14 +208,39 @@ def slope(points: list[tuple[float, float]]) -> float:
     return 0.0 if sxx == 0 else sum((x - mx) * (y - my) for x, y in points) / sxx
 
 
+def rss_mb(process: str) -> Callable[[dict[str, Any]], float | None]:
+    def read(sample: dict[str, Any]) -> float | None:
+        kb = sample["rss_kb"].get(process)
+        return None if kb is None else kb / 1024
+
+    return read
+
+
+def heap_mb(process: str, part: str = "size") -> Callable[[dict[str, Any]], float | None]:
+    """The claimed (`size`) or touched (`rss`) part of a process's heap; None in results without it."""
+
+    def read(sample: dict[str, Any]) -> float | None:
+        heap = sample.get("heap_kb", {}).get(process)
+        return None if heap is None else heap[part] / 1024
+
+    return read
+
+
 def verdict(
-    samples: list[dict[str, Any]], process: str, fraction: float = PLATEAU_FRACTION, floor_mb: float = PLATEAU_FLOOR_MB
+    samples: list[dict[str, Any]],
+    process: str,
+    fraction: float = PLATEAU_FRACTION,
+    floor_mb: float = PLATEAU_FLOOR_MB,
+    read: Callable[[dict[str, Any]], float | None] | None = None,
 ) -> Verdict:
-    """`samples`: the results' samples (t in s, phase, rss_kb by process). The load's second half
-    runs from half its duration to its last sample; growth is the median of its last `EDGE_SAMPLES`
-    readings less the median of its first."""
-    load = [(s["t"], s["rss_kb"][process] / 1024) for s in samples if s["phase"] == "load" and process in s["rss_kb"]]
-    idle = [s["rss_kb"][process] / 1024 for s in samples if s["phase"] == "idle" and process in s["rss_kb"]]
+    """`samples`: the results' samples (t in s, phase, rss_kb by process); `read` takes the value
+    judged from a sample (default: the process's RSS). The load's second half runs from half its
+    duration to its last sample; growth is the median of its last `EDGE_SAMPLES` readings less the
+    median of its first."""
+    read = read or rss_mb(process)
+    values = [(s, read(s)) for s in samples]
+    load = [(s["t"], mb) for s, mb in values if s["phase"] == "load" and mb is not None]
+    idle = [mb for s, mb in values if s["phase"] == "idle" and mb is not None]
     if not load:
         raise ValueError(f"no load samples of {process!r}")
     start, end = load[0][0], load[-1][0]
@@ -347,6 +401,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                         "phase": phase,
                         "rss_kb": memory_sample(server.process.pid),
                         "rss_parts_kb": rss_parts(server.process.pid),
+                        "heap_kb": heap_sample(server.process.pid),
                         "tokens": loop.tokens,
                         "requests": loop.finished,
                         "kv_usage": kv_usage(server.metrics_url),
@@ -496,6 +551,27 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
         ]
         for name, growth in split.items():
             lines.append(f"| {name} | " + " | ".join(f"{growth[part]:+.1f}" for part in RSS_PARTS) + " |")
+    heaps = [verdict(samples, name, read=heap_mb(name)) for name in processes(samples) if has_heap(samples, name)]
+    if heaps:
+        lines += [
+            "",
+            "The heap glibc has claimed from the kernel (the `[heap]` mapping's size; with MALLOC_ARENA_MAX=1 "
+            "every allocation below the 32 MiB mmap threshold lives there), judged as RSS is. RSS can grow "
+            "without the heap growing: a page the allocator claimed at a peak becomes resident the first time "
+            "a later step writes it. While the claimed heap is flat, RSS is bounded by it.",
+            "",
+            "| process | claimed at half-way MB | claimed at end of load MB | growth, 2nd half | "
+            "touched at end of load MB | claimed after idle MB | touched after idle MB | verdict |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for v in heaps:
+            touched = verdict(samples, v.process, read=heap_mb(v.process, "rss"))
+            idle = "-" if v.idle_mb is None else f"{v.idle_mb:.0f}"
+            idle_touched = "-" if touched.idle_mb is None else f"{touched.idle_mb:.0f}"
+            lines.append(
+                f"| {v.process} | {v.half_mb:.0f} | {v.end_mb:.0f} | {v.growth_mb:+.1f} MB | {touched.end_mb:.0f} | "
+                f"{idle} | {idle_touched} | **{v.label}** |"
+            )
     lines += [
         "",
         f"The stub's first sample already holds the KV cache: {results['kv_pages']} pages, room for max_num_seqs "
@@ -506,6 +582,10 @@ def render(results: dict[str, Any], figure: str = "results/soak.png") -> str:
         f"![RSS of each process and tokens/s over the run]({figure})",
     ]
     return "\n".join(lines) + "\n"
+
+
+def has_heap(samples: list[dict[str, Any]], process: str) -> bool:
+    return any(heap_mb(process)(s) is not None for s in samples if s["phase"] == "load")
 
 
 def growth_by_part(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
@@ -560,6 +640,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for axis, name in zip(axes, names, strict=False):
         points = [(s["t"] / 60, s["rss_kb"][name] / 1024) for s in samples if name in s["rss_kb"]]
         axis.plot(*zip(*points, strict=True), color="tab:blue", linewidth=1.6, label="RSS")
+        if has_heap(samples, name):
+            # What RSS would be with every page of the claimed heap touched: flat while the heap is.
+            ceiling = [
+                (s["t"] / 60, (s["rss_kb"][name] + s["heap_kb"][name]["size"] - s["heap_kb"][name]["rss"]) / 1024)
+                for s in samples
+                if name in s["rss_kb"] and name in s.get("heap_kb", {})
+            ]
+            axis.plot(*zip(*ceiling, strict=True), color="tab:orange", linewidth=1.2,
+                      label="RSS with the whole claimed heap touched")  # fmt: skip
         v = verdict(samples, name)
         axis.axhline(
             v.half_mb + v.bound_mb, color="tab:red", linestyle=":", linewidth=1.2, label="half-way RSS + plateau bound"

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +158,55 @@ def test_the_soak_report_is_what_its_results_render_to():
     # The figure the report shows is committed beside the results.
     assert (ROOT / "benchmarks" / "results" / "soak.png").is_file()
     assert json.loads(results.read_text())["setup"]["streams"] == 64
+
+
+SMAPS = """\
+55d0c0000000-55d0c0021000 r--p 00000000 08:01 1234                       /x/bin/triton_python_backend_stub
+Size:                132 kB
+Rss:                 128 kB
+55d0c1000000-55d0f9000000 rw-p 00000000 00:00 0                          [heap]
+Size:             917504 kB
+KernelPageSize:        4 kB
+Rss:              655360 kB
+Pss:              655360 kB
+VmFlags: rd wr mr mw me ac sd
+7f0000000000-7f0100000000 rw-p 00000000 00:00 0
+Size:            4194304 kB
+Rss:             4194304 kB
+"""
+
+
+def test_the_heap_is_read_from_its_own_mapping_only(proc: Path):
+    (proc / "101" / "smaps").write_text(SMAPS)
+    (proc / "100" / "smaps").write_text(SMAPS.split("55d0c1000000")[0])  # a process without a heap
+    assert soak.heap_kb(101, proc) == {"size": 917504, "rss": 655360}
+    assert soak.heap_kb(100, proc) is None
+    assert soak.heap_kb(999, proc) is None
+    assert soak.heap_sample(100, proc) == {"stub 101": {"size": 917504, "rss": 655360}}
+
+
+def test_rss_that_grows_into_a_flat_claimed_heap_is_told_apart_from_a_growing_heap():
+    # RSS rises 2 MB a sample in the second half while the claimed heap stays at 900 MB: pages of the
+    # heap being touched for the first time. A heap claiming 2 MB a sample is growth of its own.
+    def run(claimed: Callable[[int], float]) -> list[dict[str, Any]]:
+        return [
+            {"t": i * 10.0, "phase": "load", "rss_kb": {"stub 7": (5000 + 2 * i) * 1024},
+             "heap_kb": {"stub 7": {"size": int(claimed(i) * 1024), "rss": (600 + 2 * i) * 1024}}}
+            for i in range(40)
+        ]  # fmt: skip
+
+    flat, growing = run(lambda i: 900.0), run(lambda i: 900.0 + 2 * i)
+    assert soak.verdict(flat, "stub 7", floor_mb=0, fraction=0).plateau is False  # RSS itself grows
+    assert soak.verdict(flat, "stub 7", read=soak.heap_mb("stub 7")).plateau is True
+    heap = soak.verdict(growing, "stub 7", read=soak.heap_mb("stub 7"), fraction=0.01)
+    assert heap.plateau is False and heap.growth_mb == pytest.approx(2 * (38 - 21))
+    assert soak.verdict(flat, "stub 7", read=soak.heap_mb("stub 7", "rss")).end_mb == pytest.approx(600 + 2 * 38)
+    assert soak.has_heap(flat, "stub 7") and not soak.has_heap(flat, "tritonserver")
+    text = soak.render(
+        {"setup": {"streams": 64, "duration_s": 400, "idle_s": 0, "interval_s": 10, "prompt_tokens": [1, 2],
+                   "output_tokens": [1, 2], "preset": "gpt2", "nice": 0, "malloc_arena_max": "1"},
+         "machine": {"cpu": "cpu", "cores": 2, "memory_gib": 1, "python": "3"}, "date": "d", "code": "c",
+         "samples": [{**s, "tokens": i, "kv_usage": None} for i, s in enumerate(flat)], "requests_finished": 1,
+         "requests_sent": 1, "errors": 0, "first_error": None, "kv_bytes_per_page": 1, "kv_pages": 1}
+    )  # fmt: skip
+    assert "| stub 7 | 900 | 900 | +0.0 MB | 676 | - | - | **plateau** |" in text

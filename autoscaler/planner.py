@@ -182,7 +182,9 @@ def planner_decide(
     waiting = window.gauges.get("waiting", 0.0)
     demand = started + waiting * mix.choices / cfg.drain_s
     history = tuple((t, d) for t, d in state.demand if t > now - cfg.trend_window_s) + ((now, demand),)
-    planned = max(demand, demand + trend(history) * cfg.lead_s)
+    # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
+    # reaches from there to one start-up ahead.
+    planned = max(demand, demand + trend(history) * (cfg.lead_s + window.span / 2))
     per_replica = choices_per_second(
         cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )

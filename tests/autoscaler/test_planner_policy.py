@@ -213,6 +213,25 @@ def test_longer_prompts_measured_need_more_replicas(profile_path):
     assert long > short
 
 
+def test_a_linear_ramp_is_forecast_one_start_up_ahead_of_now_not_of_the_windows_middle(profile_path):
+    """Demand rises by 0.5 choices/s each second; a 30 s window's average is the demand of 15 s ago.
+
+    The plan is the demand one lead time after *now*: the forecast reaches over half a window more
+    than the lead, or the pods for a ramp come half a window late.
+    """
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    p = Planner(spec, 1)
+    for t in range(30, 90, 5):
+        p.at(t, window(0.5 * (t - 15), span=30))
+        if t >= 40:  # three rounds: a trend
+            assert p.values["planned"] == pytest.approx(0.5 * (t + cfg.lead_s)), t
+    steady = Planner(spec, 1)
+    for t in range(30, 90, 5):
+        steady.at(t, window(20, span=30))
+    assert steady.values["planned"] == pytest.approx(20)  # no trend, nothing added
+
+
 def test_before_any_request_finished_the_configured_mix_stands_in(profile_path):
     spec = spec_for(profile_path, prompt_tokens=77, output_tokens=33)
     state = PlannerState(1)

@@ -79,8 +79,9 @@ def test_rising_demand_is_met_a_lead_time_ahead():
     for t, rate in [(0, 5), (10, 7.5), (20, 10)]:
         got = rising.at(t, window(rate))
     per_replica = choices_per_second(PROFILE, 0.02, 34, 30, 1) * CFG.headroom
-    # slope 0.25/s over 25 s lead: plan for 16.25 choices/s, not the 10 seen now.
-    assert got == math.ceil((10 + 0.25 * 25) / per_replica)
+    # The window's average (10) stands for its middle, 15 s ago: slope 0.25/s over those 15 s and the
+    # 25 s lead plans for 20 choices/s, not the 10 seen now.
+    assert got == math.ceil((10 + 0.25 * (25 + 15)) / per_replica)
     assert got > math.ceil(10 / per_replica)
 
 

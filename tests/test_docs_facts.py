@@ -35,3 +35,10 @@ def test_the_docs_name_the_charts_scaling_mode_key():
     assert re.search(r"^scaling:\n(?:  .*\n)*?  mode: ", values, re.M)
     for doc in ("README.md", "docs/autoscaler.md", "docs/helm.md"):
         assert "autoscaler.mode" not in (ROOT / doc).read_text(), doc
+
+
+def test_the_readme_gives_the_idle_time_after_which_the_model_returns_memory():
+    from triton_backend.engine_loop import IDLE_SECONDS
+
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"once it has been idle for {IDLE_SECONDS:.0f} s" in readme

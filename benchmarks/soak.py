@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -124,39 +124,41 @@ def heap_kb(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
     return found if len(found) == 2 else None
 
 
-def heap_sample(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
-    """`heap_kb` of each process (`named_processes`) that has a heap."""
-    out = {}
-    for name, pid in named_processes(server, proc):
-        heap = heap_kb(pid, proc)
-        if heap is not None:
-            out[name] = heap
-    return out
-
-
 def named_processes(server: int, proc: Path = Path("/proc")) -> list[tuple[str, int]]:
     """The server, and each of its stubs as `stub <pid>`."""
     return [(SERVER, server), *((f"stub {pid}", pid) for pid in stub_pids(server, proc))]
 
 
+T = TypeVar("T")
+
+
+def by_process(server: int, read: Callable[[int, Path], T | None], proc: Path = Path("/proc")) -> dict[str, T]:
+    """`read(pid, proc)` of each process (`named_processes`); where it gives None (a process gone, or
+    without what is read) the process is left out."""
+    values = ((name, read(pid, proc)) for name, pid in named_processes(server, proc))
+    return {name: value for name, value in values if value is not None}
+
+
 def memory_sample(server: int, proc: Path = Path("/proc")) -> dict[str, int]:
-    """RSS in kB by process (`named_processes`). Gone processes are left out."""
-    sample = {}
-    for name, pid in named_processes(server, proc):
-        kb = rss_kb(pid, proc)
-        if kb is not None:
-            sample[name] = kb
-    return sample
+    """RSS in kB by process."""
+    return by_process(server, rss_kb, proc)
+
+
+def _rss_split(pid: int, proc: Path) -> dict[str, int] | None:
+    status = _status(pid, proc)
+    if not all(field in status for field in RSS_PARTS.values()):
+        return None
+    return {part: int(status[field].split()[0]) for part, field in RSS_PARTS.items()}
 
 
 def rss_parts(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
     """Each process's RSS split as RSS_PARTS says, in kB (where the kernel reports the split)."""
-    parts = {}
-    for name, pid in named_processes(server, proc):
-        status = _status(pid, proc)
-        if all(field in status for field in RSS_PARTS.values()):
-            parts[name] = {part: int(status[field].split()[0]) for part, field in RSS_PARTS.items()}
-    return parts
+    return by_process(server, _rss_split, proc)
+
+
+def heap_sample(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
+    """`heap_kb` of each process that has a heap."""
+    return by_process(server, heap_kb, proc)
 
 
 def machine(proc: Path = Path("/proc")) -> dict[str, Any]:

@@ -17,6 +17,9 @@ Each request asks for ``max_tokens`` drawn so that the min, mean and max match t
 with probability p, else uniform between min and max), with ``ignore_eos`` so that a model with
 random weights generates exactly that many. A request whose stream ends without its final response,
 or with a finish reason other than ``length``, was cut: :attr:`LoadRecord.complete` is False.
+
+The rate is constant (a step from nothing), or rises linearly from nothing to ``rate`` over the
+first ``ramp`` seconds, so that a policy that forecasts has a trend to follow.
 """
 
 from __future__ import annotations
@@ -51,6 +54,26 @@ SIMPLE: Final = QueryType("simple", prompt_tokens=34, choices=1, min_tokens=10, 
 COMPLEX: Final = QueryType("complex", prompt_tokens=82, choices=4, min_tokens=15, mean_tokens=62,
                            max_tokens=64)  # fmt: skip
 
+
+@dataclass(frozen=True)
+class Mix:
+    """What the load asks for on average: prompt tokens of a request, tokens of a choice, choices."""
+
+    prompt_tokens: float
+    output_tokens: float
+    choices: float
+
+
+def mix_of(complex_fraction: float) -> Mix:
+    """The mean mix of a load with ``complex_fraction`` complex queries (tokens of a choice weighted by
+    choices, as the pods' counters measure them)."""
+    shares = ((SIMPLE, 1.0 - complex_fraction), (COMPLEX, complex_fraction))
+    choices = sum(q.choices * share for q, share in shares)
+    prompt = sum(q.prompt_tokens * share for q, share in shares)
+    tokens = sum(q.mean_tokens * q.choices * share for q, share in shares) / choices
+    return Mix(prompt, tokens, choices)
+
+
 # Common English words that GPT-2's tokenizer keeps as one token each (with the leading space).
 _WORDS: Final = (
     "the of and to in is for on that with as was at by an be this from or are it not have but "
@@ -72,6 +95,9 @@ class LoadRecord:
     max_tokens: int
     choices: int
     end: float | None = None
+    first: float | None = None
+    """When the first response arrived (its first token)."""
+    prompt_tokens: int = 0
     complete: bool = False
     finish_reasons: list[str] = field(default_factory=list)
     error: str | None = None
@@ -85,7 +111,8 @@ class LoadRecord:
 
 
 class PoissonLoad:
-    """Arrivals at ``rate`` per second; a ``complex_fraction`` of them complex; at most ``max_in_flight``."""
+    """Arrivals at ``rate`` per second (reached after ``ramp`` seconds); a ``complex_fraction`` of them
+    complex; at most ``max_in_flight``."""
 
     def __init__(
         self,
@@ -95,9 +122,11 @@ class PoissonLoad:
         seed: int = 0,
         max_in_flight: int = 32,
         model: str = "gpt2",
+        ramp: float = 0.0,
     ) -> None:
         self.grpc_url = grpc_url
         self.rate = rate
+        self.ramp = ramp
         self.complex_fraction = complex_fraction
         self.model = model
         self.records: list[LoadRecord] = []
@@ -112,12 +141,23 @@ class PoissonLoad:
         self._thread.start()
         return self
 
+    def rate_at(self, elapsed: float) -> float:
+        """Arrivals per second ``elapsed`` seconds after the load started."""
+        return self.rate if self.ramp <= 0 else self.rate * min(1.0, max(elapsed, 0.0) / self.ramp)
+
     def _arrivals(self) -> None:
+        started = time.monotonic()
         while not self._stop.wait(self._rng.expovariate(self.rate)):
+            # Thinning: candidates at the full rate, each kept with the share the rate has reached.
+            if self.ramp > 0 and self._rng.random() * self.rate > self.rate_at(time.monotonic() - started):
+                continue
             if not self._slots.acquire(blocking=False):
                 continue  # saturated: this arrival is dropped, as an open-loop client would time out
             query = COMPLEX if self._rng.random() < self.complex_fraction else SIMPLE
-            record = LoadRecord(query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices)
+            record = LoadRecord(
+                query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices,
+                prompt_tokens=query.prompt_tokens,
+            )  # fmt: skip
             prompt = prompt_of(query.prompt_tokens, self._rng)
             with self._lock:
                 self.records.append(record)
@@ -125,7 +165,10 @@ class PoissonLoad:
 
     def send(self, query: QueryType, max_tokens: int | None = None) -> LoadRecord:
         """One request outside the Poisson process, waited for (calibration, tests)."""
-        record = LoadRecord(query.name, time.monotonic(), max_tokens or query.max_tokens, query.choices)
+        record = LoadRecord(
+            query.name, time.monotonic(), max_tokens or query.max_tokens, query.choices,
+            prompt_tokens=query.prompt_tokens,
+        )  # fmt: skip
         with self._lock:
             self.records.append(record)
         self._slots.acquire()
@@ -137,6 +180,7 @@ class PoissonLoad:
         reasons: dict[int, str] = {}  # choice index -> its finish reason, once it has one
         try:
             for delta in stream_generate(self.grpc_url, prompt, sampling, self.model):
+                record.first = record.first or time.monotonic()
                 reasons.update((i, r) for i, r in enumerate(delta.finish_reasons) if r)
             record.finish_reasons = [reasons[i] for i in sorted(reasons)]
             record.complete = len(reasons) == record.choices and all(r == "length" for r in reasons.values())

@@ -1,11 +1,17 @@
 """``nlg-demo``: the whole system on one machine, no Kubernetes, bounded in time, ending in a PNG.
 
 This module owns the demo's timeline: start tritonserver (explicit model control) with the gpt2
-model, measure the idle per-token latency to pick a threshold the load will cross (unless
-``--threshold`` is given), run the autoscaler in-process (direct scrape of Triton's metrics port,
-the Triton in-place actuator), drive a Poisson load of Table 4.2 queries for the first part of
-``--duration``, then let the load stop so that the scale-in shows too. Every round prints one line;
-the end prints a summary and writes the plot.
+model, time a few lone requests to pick a threshold the load will cross (twice the idle per-token
+latency, unless ``--threshold`` is given), run the autoscaler in-process (direct scrape of Triton's
+metrics port, the Triton in-place actuator), drive a Poisson load of Table 4.2 queries for the first
+part of ``--duration``, then let the load stop so that the scale-in shows too. Every round prints
+one line; the end prints a summary and writes the plot.
+
+``--policy pertoken`` (the default) scales on the window's mean per-token latency against the
+threshold. ``--policy planner`` plans instances from an engine profile ahead of demand, with the
+threshold as its per-token SLO: the profile shipped for the tiny instance (or ``--profile``, or one
+measured first with ``--profile-first``) plus the serving overhead that the lone requests measure on
+this server (:mod:`autoscaler.demo.served_profile`).
 
 On a small CPU-only machine the extra instances share the same cores, so latency may not fall as
 instances are added; what the demo shows is the policy at work on real measurements.
@@ -23,26 +29,33 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.app import App
-from autoscaler.config import (
-    ActuatorSpec,
-    ApiSpec,
-    AutoscalerConfig,
-    LoopSpec,
-    MetricsSpec,
-    RateLimit,
-    ScalerSpec,
-    SourceSpec,
+from autoscaler.demo.config import MODEL, demo_config
+from autoscaler.demo.load import COMPLEX, SIMPLE, LoadRecord, PoissonLoad
+from autoscaler.demo.plot import Round, Signal, plot_run
+from autoscaler.demo.served_profile import (
+    SHIPPED,
+    Overhead,
+    fit_overhead,
+    measure_engine_profile,
+    mismatches,
+    served_profile,
 )
-from autoscaler.demo.load import SIMPLE, PoissonLoad
-from autoscaler.demo.plot import Round, plot_run
-from triton_backend.launch import TritonServer
+from autoscaler.profile import EngineProfile, load_profile
+from triton_backend.launch import PROJECT_ROOT, TritonServer
+
+#: Lone requests of each kind timed before the load: the threshold and the serving overhead.
+LONE_REQUESTS = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="nlg-demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policy", choices=("pertoken", "planner"), default="pertoken",
+                        help="scaling policy (default pertoken)")  # fmt: skip
     parser.add_argument("--duration", type=float, default=180.0, help="seconds in all (default 180)")
     parser.add_argument("--load-share", type=float, default=0.5, help="share of the duration with load on")
     parser.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second (default 2)")
+    parser.add_argument("--ramp", type=float, default=0.0,
+                        help="seconds over which the rate rises from 0 to --rate (default 0: a step)")  # fmt: skip
     parser.add_argument("--complex", type=float, default=0.5, help="share of complex queries (default 0.5)")
     parser.add_argument("--threshold", type=float, help="per-token latency target in ms (default: measured)")
     parser.add_argument("--max-instances", type=int, default=3)
@@ -53,83 +66,154 @@ def build_parser() -> argparse.ArgumentParser:
     # The tiny model's step costs about the same at any batch on a CPU, so its per-token latency would
     # hardly move with the load. A bounded batch per instance, as a GPU replica has, makes the load
     # queue (per-token latency counts from arrival) until more instances add room.
+    parser.add_argument("--max-num-seqs", type=int, default=4, help="sequences one instance runs at once (default 4)")
     parser.add_argument(
-        "--max-num-seqs", type=int, default=4, help="sequences one instance runs at once (default 4)"
+        "--profile", type=Path, help=f"planner: engine profile of the served instance (default {SHIPPED.name}, shipped)"
+    )
+    parser.add_argument(
+        "--profile-first",
+        action="store_true",
+        help="planner: measure the engine profile on this machine first (python -m nlgsim profile)",
     )
     parser.add_argument("--out", type=Path, default=Path("nlg-demo.png"), help="PNG to write")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
 
-def demo_config(args: argparse.Namespace, server: TritonServer, threshold: float) -> AutoscalerConfig:
-    metrics_target = server.metrics_url.removeprefix("http://").removesuffix("/metrics")
-    config = AutoscalerConfig(
-        model_id="gpt2",
-        scaler=ScalerSpec(
-            type="pertoken",
-            min_deployment_count=1,
-            max_deployment_count=args.max_instances,
-            time_window=args.window,
-            threshold=threshold,
-            stabilization_window=args.stabilization,
-            # One instance at a time: each reload of a Python-backend model takes seconds on a CPU.
-            scale_up=RateLimit(max_pods=1, max_percent=0, period=args.interval),
-            scale_down=RateLimit(max_pods=1, max_percent=0, period=args.interval),
-        ),
-        source=SourceSpec(kind="direct", static_targets=(metrics_target,), timeout=2.0),
-        actuator=ActuatorSpec(
-            kind="triton", triton_url=f"http://{server.http_url}", triton_metrics_url=server.metrics_url
-        ),
-        loop=LoopSpec(interval=args.interval),
-        api=ApiSpec(port=0),
-        metrics=MetricsSpec(port=0),
-    )
-    errors = config.validate()
-    if errors:
-        raise SystemExit("nlg-demo: " + "; ".join(errors))
-    return config
+def output_path(args: argparse.Namespace, suffix: str) -> Path:
+    """A file written beside the PNG: ``nlg-demo.png`` -> ``nlg-demo<suffix>``."""
+    out: Path = args.out
+    return out.with_name(out.stem + suffix)
 
 
-def calibrate(load: PoissonLoad) -> float:
-    """Twice the idle per-token latency of simple queries, in ms: the load will push past it."""
-    samples = [load.send(SIMPLE).per_token_ms for _ in range(3)]
-    measured = [s for s in samples if s is not None]
-    if not measured:
+def engine_profile(args: argparse.Namespace) -> tuple[EngineProfile, Path] | None:
+    """The planner's engine profile and its file (measured first, named, or shipped; it must describe
+    the instance the demo serves); None for another policy."""
+    if args.policy != "planner":
+        if args.profile is not None or args.profile_first:
+            raise SystemExit("nlg-demo: --profile and --profile-first are for --policy planner")
+        return None
+    if args.profile is not None and args.profile_first:
+        raise SystemExit("nlg-demo: give --profile or --profile-first, not both")
+    path = args.profile or SHIPPED
+    if args.profile_first:
+        path = output_path(args, ".engine-profile.json")
+        print(f"nlg-demo: measuring the engine profile of {args.preset} here into {path} ...", flush=True)
+        measure_engine_profile(args.preset, args.max_num_seqs, path, PROJECT_ROOT)
+    try:
+        profile = load_profile(path)
+    except ValueError as e:
+        raise SystemExit(f"nlg-demo: {e}") from None
+    wrong = mismatches(profile, args.preset, args.max_num_seqs)
+    if wrong:
+        raise SystemExit(
+            f"nlg-demo: engine profile {path} has {'; '.join(wrong)}: pass --profile-first to measure "
+            "the instance served here, or --profile with one that matches"
+        )
+    return profile, path
+
+
+def lone_requests(load: PoissonLoad, policy: str) -> list[LoadRecord]:
+    """Simple queries one at a time (the threshold), and complex ones for the planner (a batch of
+    their choices, for the serving overhead per sequence)."""
+    kinds = (SIMPLE, COMPLEX) if policy == "planner" else (SIMPLE,)
+    records = [load.send(query) for query in kinds for _ in range(LONE_REQUESTS)]
+    if not any(r.complete for r in records):
         raise SystemExit("nlg-demo: the calibration requests failed; is the model serving?")
+    return records
+
+
+def threshold_of(lone: Sequence[LoadRecord]) -> float:
+    """Twice the idle per-token latency of simple queries, in ms: the load will push past it."""
+    measured = [r.per_token_ms for r in lone if r.kind == SIMPLE.name and r.per_token_ms is not None]
+    if not measured:
+        raise SystemExit("nlg-demo: no simple calibration request finished")
     return round(2 * statistics.median(measured), 1)
 
 
-def _report(view: dict[str, Any], start: float, end: float, in_flight: int) -> Round:
-    """Prints one round's line; returns it for the plot."""
+def signal_of(view: dict[str, Any]) -> Signal:
+    """The per-token signal the policy aims at, from its targets (``pertoken_mean``, ``pertoken_p99``)."""
+    key, target = next((k, v) for k, v in view["targets"].items() if k.startswith("pertoken_"))
+    statistic = key.removeprefix("pertoken_")
+    return Signal(key, f"window {statistic} (autoscaler)", target, f"target {target:g} ms ({statistic})")
+
+
+def round_of(view: dict[str, Any], start: float, end: float, headroom: float) -> Round:
+    """The round the view's latest decision made; a planner's gets ``capacity`` for the plot."""
     last = view["decisions"][0]
-    value = view["metrics"].get("pertoken_mean")
+    current = view["replicas"]["current"]
+    metrics = dict(view["metrics"])
+    if "per_replica" in metrics:
+        metrics["capacity"] = metrics["per_replica"] * headroom * current
+    return Round(start, end, current, last["desired"], metrics)
+
+
+def line_of(view: dict[str, Any], record: Round, signal: Signal, in_flight: int) -> str:
+    """One round as the demo prints it."""
+    last = view["decisions"][0]
+    value = record.metrics.get(signal.key)
     shown = "  no data" if value is None else "     idle" if value == 0 else f"{value:7.1f} ms"
-    print(f"[{start:6.1f}s] instances {last['current']} -> {last['desired']} | per-token {shown} | "
-          f"in flight {in_flight:2d} | {last['direction']}", flush=True)  # fmt: skip
-    return Round(start, end, view["replicas"]["current"], last["desired"], value)
+    planned = ""
+    if "planned" in record.metrics:
+        m = record.metrics
+        planned = (f"demand {m['demand']:5.2f}/s forecast {m['planned']:5.2f}/s "
+                   f"per instance {m['per_replica']:5.2f}/s | ")  # fmt: skip
+    return (f"[{record.t:6.1f}s] instances {last['current']} -> {last['desired']} | {planned}"
+            f"per-token {shown} | in flight {in_flight:2d} | {last['direction']}")  # fmt: skip
+
+
+def plan_profile(
+    args: argparse.Namespace, engine: tuple[EngineProfile, Path], lone: Sequence[LoadRecord], startup_s: float
+) -> tuple[Path, Overhead]:
+    """Writes the served instance's profile beside the PNG (the engine's plus what serving adds here)."""
+    overhead = fit_overhead(engine[0], lone)
+    path = output_path(args, ".served-profile.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    served_profile(engine[0], overhead, startup_s, engine[1]).save(path)
+    return path, overhead
+
+
+def describe_policy(args: argparse.Namespace, threshold: float, overhead: Overhead | None, startup_s: float) -> str:
+    common = (f"window {args.window:g} s, instances 1..{args.max_instances}, "
+              f"stabilization {args.stabilization:g} s")  # fmt: skip
+    if overhead is None:
+        return f"pertoken, threshold {threshold} ms, {common}"
+    return (f"planner, per-token SLO {threshold} ms, {common}; start-up lead {startup_s:.1f} s; serving adds "
+            f"{overhead.step_s * 1000:.1f} ms a step + {overhead.per_sequence_s * 1000:.2f} ms a sequence, "
+            f"{overhead.first_token_s * 1000:.1f} ms a prompt to the engine profile")  # fmt: skip
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    engine = engine_profile(args)
     print(f"nlg-demo: starting tritonserver (preset {args.preset}, explicit model control) ...", flush=True)
-    extra = ["--model-control-mode=explicit", "--load-model=gpt2"]
+    extra = ["--model-control-mode=explicit", f"--load-model={MODEL}"]
     env = {"NLG_PRESET": args.preset, "NLG_MAX_NUM_SEQS": str(args.max_num_seqs)}
+    starting = time.monotonic()
     with TritonServer(env=env, extra_args=extra) as server:
-        print(f"  ready: gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
-        load = PoissonLoad(server.grpc_url, args.rate, args.complex, seed=args.seed)
-        threshold = args.threshold if args.threshold is not None else calibrate(load)
-        config = demo_config(args, server, threshold)
-        print(f"  policy: pertoken, threshold {threshold} ms, window {args.window:g} s, "
-              f"instances 1..{args.max_instances}, stabilization {args.stabilization:g} s",
-              flush=True)  # fmt: skip
+        startup_s = time.monotonic() - starting
+        print(f"  ready in {startup_s:.1f} s: gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
+        load = PoissonLoad(server.grpc_url, args.rate, args.complex, seed=args.seed, ramp=args.ramp)
+        lone = lone_requests(load, args.policy)
+        threshold = args.threshold if args.threshold is not None else threshold_of(lone)
+        served, overhead = plan_profile(args, engine, lone, startup_s) if engine else (None, None)
+        config = demo_config(args, server, threshold, served)
+        print(f"  policy: {describe_policy(args, threshold, overhead, startup_s)}", flush=True)
+        if served is not None:
+            print(f"  profile of the served instance: {served}", flush=True)
         app = App(config)
+        headroom = config.scaler.planner.headroom
+        view = app.controller.view(MODEL)
+        assert view is not None  # the config's target is set when the App is built
+        signal = signal_of(view)
         rounds: list[Round] = []
         t0 = time.monotonic()
         load_stops = t0 + args.duration * args.load_share
         load_stopped_at: float | None = None
         load.start()
-        print(f"  load: Poisson {args.rate:g}/s, {args.complex:.0%} complex, for {load_stops - t0:.0f} s\n")
+        ramp = f", rising over {args.ramp:g} s" if args.ramp > 0 else ""
+        print(f"  load: Poisson {args.rate:g}/s{ramp}, {args.complex:.0%} complex, for {load_stops - t0:.0f} s\n")
         try:
             while time.monotonic() - t0 < args.duration:
                 started = time.monotonic()
@@ -138,9 +222,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     load_stopped_at = started - t0
                     print(f"[{load_stopped_at:6.1f}s] load stops; requests in flight finish", flush=True)
                 app.controller.run_once()
-                view = app.controller.view("gpt2")
+                view = app.controller.view(MODEL)
                 if view and view["decisions"]:
-                    rounds.append(_report(view, started - t0, time.monotonic() - t0, load.in_flight))
+                    rounds.append(round_of(view, started - t0, time.monotonic() - t0, headroom))
+                    print(line_of(view, rounds[-1], signal, load.in_flight), flush=True)
                 time.sleep(max(0.0, args.interval - (time.monotonic() - started)))
         finally:
             load.join()
@@ -148,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = load.records
     done = [r for r in records if r.complete]
     cut = [r for r in records if r.end is not None and not r.complete]
-    path = plot_run(args.out, rounds, records, t0, threshold, load_stopped_at)
+    title = f"nlg-demo: {args.policy} policy scaling Triton instances in place"
+    path = plot_run(args.out, rounds, records, t0, signal, load_stopped_at, title, bin_s=args.window)
     print(f"\n{len(records)} requests: {len(done)} complete, {len(cut)} failed or cut; "
           f"most instances {max((r.current for r in rounds), default=1)}; plot: {path}")  # fmt: skip
     for record in cut[:5]:

@@ -1,4 +1,4 @@
-"""The demo's pure parts: Table 4.2 queries, the plot, the demo's configuration."""
+"""The demo's pure parts: Table 4.2 queries and their mix, the ramp, the plot, the demo's configuration."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoscaler.demo.load import COMPLEX, SIMPLE, LoadRecord, prompt_of
-from autoscaler.demo.plot import Round, plot_run
-from autoscaler.demo.run import build_parser, demo_config
+from autoscaler.demo.config import demo_config
+from autoscaler.demo.load import COMPLEX, SIMPLE, LoadRecord, PoissonLoad, mix_of, prompt_of
+from autoscaler.demo.plot import Round, Signal, draw, offered, plot_run
+from autoscaler.demo.run import build_parser
+
+PERTOKEN = Signal("pertoken_mean", "window mean (autoscaler)", 25.0, "target 25 ms (mean)")
 
 
 @pytest.mark.parametrize("query", [SIMPLE, COMPLEX], ids=["simple", "complex"])
@@ -20,6 +23,28 @@ def test_generated_tokens_match_table_4_2(query):
     assert min(drawn) == query.min_tokens
     assert max(drawn) == query.max_tokens
     assert statistics.mean(drawn) == pytest.approx(query.mean_tokens, abs=0.5)
+
+
+@pytest.mark.parametrize(
+    ("fraction", "want"),
+    [(0.0, (34, 30, 1)), (1.0, (82, 62, 4)), (0.5, (58, (30 + 4 * 62) / 5, 2.5))],
+    ids=["all-simple", "all-complex", "half"],
+)
+def test_mix_of_the_load_weights_tokens_by_choices(fraction, want):
+    mix = mix_of(fraction)
+    assert (mix.prompt_tokens, mix.output_tokens, mix.choices) == pytest.approx(want)
+
+
+@pytest.mark.parametrize(
+    ("ramp", "elapsed", "want"),
+    [(0, 0, 2.0), (0, 100, 2.0), (40, 0, 0.0), (40, 10, 0.5), (40, 40, 2.0), (40, 90, 2.0), (40, -1, 0.0)],
+)
+def test_the_rate_ramps_linearly_then_holds(ramp, elapsed, want):
+    load = PoissonLoad("127.0.0.1:1", rate=2.0, ramp=ramp)
+    try:
+        assert load.rate_at(elapsed) == pytest.approx(want)
+    finally:
+        load.join()
 
 
 def test_prompts_have_the_asked_number_of_words():
@@ -32,17 +57,33 @@ def test_per_token_latency_of_a_record():
     assert LoadRecord("simple", start=10.0, max_tokens=20, choices=1, end=10.5).per_token_ms is None
 
 
+RECORDS = [
+    LoadRecord("simple", 100.5, 30, 1, end=101.0, complete=True),
+    LoadRecord("complex", 101.0, 62, 4, end=103.0, complete=True),
+    LoadRecord("complex", 101.0, 62, 4, end=104.0, complete=False, error="cut"),
+    LoadRecord("simple", 99.0, 30, 1, end=99.5, complete=True),  # calibration, before the start
+]
+
+
 def test_plot_is_written(tmp_path):
-    rounds = [Round(0, 0.1, 1, 1, None), Round(2, 2.1, 1, 2, 40.0), Round(4, 9.0, 2, 2, 30.0),
-              Round(10, 10.1, 2, 1, 0.0), Round(12, 13.0, 1, 1, 0.0)]  # fmt: skip
-    records = [
-        LoadRecord("simple", 100.5, 30, 1, end=101.0, complete=True),
-        LoadRecord("complex", 101.0, 62, 4, end=103.0, complete=True),
-        LoadRecord("complex", 101.0, 62, 4, end=104.0, complete=False, error="cut"),
-    ]
-    path = plot_run(tmp_path / "out" / "demo.png", rounds, records, t0=100.0, threshold_ms=25, load_stopped_at=8)
+    rounds = [Round(0, 0.1, 1, 1), Round(2, 2.1, 1, 2, {"pertoken_mean": 40.0}),
+              Round(4, 9.0, 2, 2, {"pertoken_mean": 30.0}), Round(10, 10.1, 2, 1, {"pertoken_mean": 0.0}),
+              Round(12, 13.0, 1, 1, {"pertoken_mean": 0.0})]  # fmt: skip
+    path = plot_run(tmp_path / "out" / "demo.png", rounds, RECORDS, t0=100.0, signal=PERTOKEN, load_stopped_at=8)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 10_000
+
+
+def test_the_plot_of_a_policy_without_a_forecast_has_no_demand_panel():
+    fig = draw([Round(0, 0.1, 1, 1, {"pertoken_mean": 20.0})], RECORDS, 100.0, PERTOKEN, None, "t")
+    assert len(fig.axes) == 2
+    assert "window mean (autoscaler)" in [t.get_text() for t in fig.axes[-1].get_legend().get_texts()]
+
+
+def test_offered_load_counts_choices_per_second_in_bins_from_the_start():
+    starts, rates = offered(RECORDS, t0=100.0, bin_s=1.0)
+    assert starts == [0.0, 1.0]
+    assert rates == [1.0, 8.0]  # the simple at 100.5; two complex of 4 choices at 101; not the one at 99
 
 
 def test_demo_config_is_valid_and_scales_one_instance_at_a_time():
@@ -52,6 +93,6 @@ def test_demo_config_is_valid_and_scales_one_instance_at_a_time():
     assert config.validate() == []
     assert config.source.static_targets == ("127.0.0.1:8002",)
     assert config.actuator.kind == "triton" and config.actuator.triton_url == "http://127.0.0.1:8000"
-    assert config.scaler.threshold == 12.5
+    assert (config.scaler.type, config.scaler.threshold) == ("pertoken", 12.5)
     assert (config.scaler.scale_up.max_pods, config.scaler.scale_up.max_percent) == (1, 0)
     assert (config.api.port, config.metrics.port) == (0, 0)

@@ -80,9 +80,9 @@ class PagedKVCache:
             heapq.heappush(self._free, page)
         pages.clear()
 
-    def copy_pages(self, src: list[int], dst: list[int]) -> None:
-        """Share a prefilled prompt with the other choices of the same request."""
-        source = torch.tensor(src[: len(dst)], device=self.k.device)
-        target = torch.tensor(dst[: len(src)], device=self.k.device)
+    def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy each (source, destination) page: a prefilled prompt shared with a request's other choices."""
+        source = torch.tensor([src for src, _ in pairs], device=self.k.device)
+        target = torch.tensor([dst for _, dst in pairs], device=self.k.device)
         self.k[:, target] = self.k[:, source]
         self.v[:, target] = self.v[:, source]

@@ -1,5 +1,10 @@
 """Which sequences run each step, and the KV pages they hold: iteration-level scheduling.
 
+A step is vLLM v1's: `schedule()` says what it runs (a `Schedule`), the engine runs that and samples,
+`update(schedule, sampled)` takes the new tokens back and returns the requests they went to;
+`make_stats()` reports the load. Only the scheduler moves a request from status to status
+(`RequestStatus`), hands out and takes back pages, and records what each sequence has cached.
+
 Requests wait in earliest-deadline-first order (those without a deadline behind, first come first
 served; preempted requests go first of all). The head is admitted when the free pages, less what the
 running requests still have reserved, cover its prompt and S3's predicted output for each choice. A
@@ -13,11 +18,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
-from triton_backend.sequence import Request, Sequence
+from triton_backend.outputs import FinishReason
+from triton_backend.sequence import Request, RequestStatus, Sequence
 
 
 @dataclass(frozen=True)
@@ -34,123 +42,171 @@ class SchedulerConfig:
 
 @dataclass(frozen=True)
 class PrefillChunk:
+    """Tokens start..end of one sequence, to be cached this step."""
+
     request: Request
     sequence: Sequence
     start: int
     end: int
-    last: bool  # the request's prefill is complete after this chunk
+    # The choices that take their first token from this chunk's last row: every choice of a fresh
+    # request, on the chunk that completes its prompt; none on any other chunk.
+    samples: tuple[Sequence, ...] = ()
+
+
+PageCopy = tuple[int, int]  # (source page, destination page)
 
 
 @dataclass
 class Schedule:
+    """One step's work, for the engine to run and hand back to `Scheduler.update` with its samples."""
+
+    decode: list[Sequence] = field(default_factory=list)  # each feeds its last token and samples the next
     prefill: list[PrefillChunk] = field(default_factory=list)
-    decode: list[Sequence] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
+    # To copy once the step's forward pass has written them: a fresh prompt, prefilled in its first
+    # choice, into the pages of its other choices.
+    page_copies: list[PageCopy] = field(default_factory=list)
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, cache: PagedKVCache, predictor: LengthPredictor) -> None:
         self.config = config
-        self.cache = cache
-        self.predictor = predictor
-        self._waiting: list[tuple[float, int, Request]] = []
+        self._cache = cache
+        self._predictor = predictor
+        self.requests: dict[str, Request] = {}  # every unfinished request, by id, in arrival order
+        self._waiting: list[tuple[float, int, Request]] = []  # WAITING and PREEMPTED, by deadline
         self._order = itertools.count()
-        self.prefilling: list[Request] = []  # admitted, in admission order
-        self.running: list[Request] = []  # admitted, in admission order
-        self.preemptions = 0  # sequences preempted so far
+        self._admitted: list[Request] = []  # PREFILLING and RUNNING, in admission order
+        self._preemptions = 0  # sequences preempted so far
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.requests)
 
     @property
     def num_waiting(self) -> int:
         return len(self._waiting)
 
     @property
-    def has_work(self) -> bool:
-        return bool(self._waiting or self.prefilling or self.running)
+    def num_prefilling(self) -> int:
+        return sum(1 for request in self._admitted if request.status is RequestStatus.PREFILLING)
 
     def add(self, request: Request) -> None:
-        request.predicted_tokens = self.predictor.predict(request.params, len(request.prompt_ids))
+        request.predicted_tokens = self._predictor.predict(request.params, len(request.prompt_ids))
+        self.requests[request.request_id] = request
         deadline = request.deadline
         heapq.heappush(self._waiting, (deadline if deadline is not None else float("inf"), next(self._order), request))
 
-    def remove(self, request_id: str) -> Request | None:
-        for group in (self.prefilling, self.running):
-            for request in group:
-                if request.request_id == request_id:
-                    group.remove(request)
-                    self._free(request)
-                    return request
-        for i, (_, _, request) in enumerate(self._waiting):
-            if request.request_id == request_id:
-                self._waiting.pop(i)
-                heapq.heapify(self._waiting)
-                return request
-        return None
+    def abort(self, request_id: str) -> Request | None:
+        """Ends a request where it stands: its unfinished choices are cancelled, its pages freed. None if
+        it is not here."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return None
+        if request in self._admitted:
+            self._admitted.remove(request)
+            self._free(request)
+        else:
+            self._waiting = [entry for entry in self._waiting if entry[2] is not request]
+            heapq.heapify(self._waiting)
+        for seq in request.sequences:
+            if seq.running:
+                seq.finish_reason = FinishReason.CANCELLED
+        request.move_to(RequestStatus.FINISHED_ABORTED)
+        return request
 
     def schedule(self) -> Schedule:
-        plan = Schedule()
-        self._make_room_for_decode(plan)
-        plan.decode = [seq for request in self.running for seq in request.sequences if seq.running]
-        self._admit(len(plan.decode))
-        self._plan_prefill(plan)
-        return plan
+        schedule = Schedule()
+        self._make_room_for_decode(schedule)
+        schedule.decode = [seq for request in self._running() for seq in request.sequences if seq.running]
+        self._admit(len(schedule.decode))
+        self._plan_prefill(schedule)
+        schedule.page_copies = [
+            pair
+            for chunk in schedule.prefill
+            for sibling in chunk.samples
+            if sibling is not chunk.sequence
+            for pair in zip(chunk.sequence.pages, sibling.pages, strict=False)
+        ]
+        return schedule
 
-    def prefill_finished(self, request: Request) -> None:
-        self.prefilling.remove(request)
-        self.running.append(request)
+    def update(self, schedule: Schedule, sampled: Mapping[Sequence, int]) -> list[Request]:
+        """Takes a step back once it ran: what it cached, and `sampled`, each sampling choice's new token.
+        Returns the requests that got tokens, in the step's order; those the step finished have left."""
+        for seq in schedule.decode:
+            seq.cached = seq.position + 1
+        for chunk in schedule.prefill:
+            chunk.sequence.cached = chunk.end
+            for sibling in chunk.samples:  # the others' pages hold copies of the chunk's
+                sibling.cached = chunk.end
+            if not chunk.request.prefill_targets():
+                chunk.request.move_to(RequestStatus.RUNNING)
+        updated = [r for r in self._admitted if any(seq in sampled for seq in r.sequences)]
+        for request in updated:
+            for seq in request.sequences:
+                token = sampled.get(seq)
+                if token is None:
+                    continue
+                seq.append(token)
+                if seq.finish_reason is not None:
+                    self._cache.release(seq.pages)
+                    prompt = len(request.prompt_ids)
+                    self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
+            if request.choices_ended:
+                request.move_to(RequestStatus.FINISHED)
+                self._admitted.remove(request)
+                del self.requests[request.request_id]
+        return updated
 
-    def sequence_finished(self, request: Request, seq: Sequence) -> None:
-        self.cache.release(seq.pages)
-        if seq.generated:
-            self.predictor.observe(request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens)
+    def make_stats(self) -> EngineStats:
+        return EngineStats(
+            running_requests=len(self._admitted),
+            waiting_requests=len(self._waiting),
+            kv_pages_used=self._cache.used_pages,
+            kv_pages_total=self._cache.num_pages,
+            preemptions=self._preemptions,
+            length_predictions=self._predictor.predictions,
+            length_underestimates=self._predictor.underestimates,
+        )
 
-    def request_finished(self, request: Request) -> None:
-        for group in (self.running, self.prefilling):
-            if request in group:
-                group.remove(request)
-        self._free(request)
+    def _running(self) -> list[Request]:
+        return [request for request in self._admitted if request.status is RequestStatus.RUNNING]
 
-    def _make_room_for_decode(self, plan: Schedule) -> None:
-        page_size = self.cache.shape.page_size
-        for request in list(self.running):
-            if request in plan.preempted:
+    def _make_room_for_decode(self, schedule: Schedule) -> None:
+        page_size = self._cache.shape.page_size
+        for request in self._running():
+            if request.status is not RequestStatus.RUNNING:
                 continue  # preempted below, while making room for an earlier one
             for seq in request.sequences:
                 if seq.running and seq.position // page_size >= len(seq.pages):
-                    if not self._ensure_free_page(plan, keep=request):
+                    if not self._ensure_free_page(schedule, keep=request):
                         break
-                    seq.pages.append(self.cache.allocate())
+                    seq.pages.append(self._cache.allocate())
 
-    def _ensure_free_page(self, plan: Schedule, keep: Request) -> bool:
+    def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""
-        while self.cache.free_pages == 0:
-            victim = self._latest_admitted()
-            self._preempt(victim, plan)
+        while self._cache.free_pages == 0:
+            victim = self._admitted[-1]
+            self._preempt(victim, schedule)
             if victim is keep:
                 return False
         return True
 
-    def _latest_admitted(self) -> Request:
-        # Prefilling requests were admitted after every running one.
-        return self.prefilling[-1] if self.prefilling else self.running[-1]
-
-    def _preempt(self, request: Request, plan: Schedule) -> None:
-        for group in (self.running, self.prefilling):
-            if request in group:
-                group.remove(request)
+    def _preempt(self, request: Request, schedule: Schedule) -> None:
+        self._admitted.remove(request)
         self._free(request)
-        plan.prefill = [chunk for chunk in plan.prefill if chunk.request is not request]
+        schedule.prefill = [chunk for chunk in schedule.prefill if chunk.request is not request]
         request.preemptions += 1
         # The prediction was too short: admit it next time against a doubled one (S3's re-bucketing),
         # so it is not preempted over and over.
         generated = max(seq.generated for seq in request.sequences)
         request.predicted_tokens = min(request.params.max_tokens, max(2 * generated, 2 * request.predicted_tokens))
-        self.preemptions += sum(1 for seq in request.sequences if seq.running)
-        plan.preempted.append(request)
+        self._preemptions += sum(1 for seq in request.sequences if seq.running)
+        request.move_to(RequestStatus.PREEMPTED)
         heapq.heappush(self._waiting, (-float("inf"), next(self._order), request))
 
     def _free(self, request: Request) -> None:
         for seq in request.sequences:
-            self.cache.release(seq.pages)
+            self._cache.release(seq.pages)
             seq.cached = 0
 
     def _admit(self, decoding: int) -> None:
@@ -158,10 +214,11 @@ class Scheduler:
         # Every waiting request has a choice to run, so none fits beside a full batch.
         if not self._waiting or decoding >= self.config.max_num_seqs:
             return
-        running_seqs = decoding + sum(1 for r in self.prefilling for s in r.sequences if s.running)
+        prefilling = [r for r in self._admitted if r.status is RequestStatus.PREFILLING]
+        running_seqs = decoding + sum(1 for r in prefilling for s in r.sequences if s.running)
         outstanding = sum(
-            max(0, self.cache.shape.pages_for(s.reserved_tokens) - len(s.pages))
-            for r in self.running + self.prefilling
+            max(0, self._cache.shape.pages_for(s.reserved_tokens) - len(s.pages))
+            for r in self._admitted
             for s in r.sequences
             if s.running
         )
@@ -169,56 +226,59 @@ class Scheduler:
             request = self._waiting[0][2]
             choices = [s for s in request.sequences if s.running]
             reserve = [self._reservation(request, s) for s in choices]
-            need = sum(self.cache.shape.pages_for(tokens) for tokens in reserve)
+            need = sum(self._cache.shape.pages_for(tokens) for tokens in reserve)
             too_many = running_seqs + len(choices) > self.config.max_num_seqs
-            if too_many or need > self.cache.free_pages - outstanding:
-                # Strict order: a large head waits rather than being overtaken forever.
-                if running_seqs or self.prefilling:
-                    return
+            # Strict order: a large head waits rather than being overtaken forever. With nothing
+            # admitted (every admitted request has a running choice) it goes in alone.
+            if (too_many or need > self._cache.free_pages - outstanding) and running_seqs:
+                return
             heapq.heappop(self._waiting)
             for seq, tokens in zip(choices, reserve, strict=True):
                 seq.reserved_tokens = tokens
             outstanding += need
             running_seqs += len(choices)
-            self.prefilling.append(request)
+            request.move_to(RequestStatus.PREFILLING)
+            self._admitted.append(request)
 
     def _reservation(self, request: Request, seq: Sequence) -> int:
         remaining = max(request.predicted_tokens - seq.generated, 1)
-        return min(len(seq.sampling.token_ids) + remaining, self.cache.shape.max_len)
+        return min(len(seq.sampling.token_ids) + remaining, self._cache.shape.max_len)
 
-    def _plan_prefill(self, plan: Schedule) -> None:
+    def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
-        for request in list(self.prefilling):
-            if request in plan.preempted:
-                # Preempted while an earlier one made room. The engine leaves no later request holding
-                # pages while an earlier one still prefills, so this is defence: planning it would run a
-                # chunk for a request that is back in the queue.
+        for request in [r for r in self._admitted if r.status is RequestStatus.PREFILLING]:
+            if request.status is not RequestStatus.PREFILLING:
+                # Preempted while an earlier one made room (the table test builds this state; the
+                # engine's own runs leave no later request holding pages while an earlier one still
+                # prefills): planning it would run a chunk for a request that is back in the queue.
                 continue
             targets = request.prefill_targets()
+            if not targets:  # nothing to recompute: it decodes from the next step
+                request.move_to(RequestStatus.RUNNING)
+                continue
             for index, (seq, target) in enumerate(targets):
                 if budget == 0:
                     return
                 end = min(target, seq.cached + budget)
-                pages_needed = self.cache.shape.pages_for(end) - len(seq.pages)
+                pages_needed = self._cache.shape.pages_for(end) - len(seq.pages)
                 for _ in range(pages_needed):
-                    if not self._ensure_free_page(plan, keep=request):
+                    if not self._ensure_free_page(schedule, keep=request):
                         return
-                    seq.pages.append(self.cache.allocate())
-                last = index == len(targets) - 1 and end == target
-                if last and request.fresh and not self._give_siblings_pages(request, plan):
-                    return
-                plan.prefill.append(PrefillChunk(request, seq, seq.cached, end, last))
+                    seq.pages.append(self._cache.allocate())
+                samples: tuple[Sequence, ...] = ()
+                if index == len(targets) - 1 and end == target and request.fresh:
+                    if not self._give_siblings_pages(request, schedule):
+                        return
+                    samples = tuple(request.sequences)
+                schedule.prefill.append(PrefillChunk(request, seq, seq.cached, end, samples))
                 budget -= end - seq.cached
-                seq.cached = end
-            if not targets:  # preempted right after its prefill: nothing to recompute
-                plan.prefill.append(PrefillChunk(request, request.sequences[0], 0, 0, True))
 
-    def _give_siblings_pages(self, request: Request, plan: Schedule) -> bool:
+    def _give_siblings_pages(self, request: Request, schedule: Schedule) -> bool:
         """Pages for the other choices, which get a copy of the first choice's prompt."""
-        prompt_pages = self.cache.shape.pages_for(len(request.prompt_ids))
+        prompt_pages = self._cache.shape.pages_for(len(request.prompt_ids))
         for seq in request.sequences[1:]:
             while len(seq.pages) < prompt_pages:
-                if not self._ensure_free_page(plan, keep=request):
+                if not self._ensure_free_page(schedule, keep=request):
                     return False
-                seq.pages.append(self.cache.allocate())
+                seq.pages.append(self._cache.allocate())
         return True

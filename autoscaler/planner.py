@@ -9,7 +9,9 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    request, generated tokens per finished choice, choices per request; until a window has finished
    requests it keeps the last measurement, and before the first one the configured lengths;
 3. forecasts demand ``lead_s`` ahead (one pod start-up) from the least-squares trend of the last
-   ``trend_window_s`` of demand, never below demand now;
+   ``trend_window_s`` of demand, never below demand now; a window's demand is its average, the demand
+   of half a window ago, so the forecast reaches half a window further; and until the demand seen
+   spans half the trend window (after a start or a restart) there is no trend, its slope being noise;
 4. divides by what one replica carries within the planned per-token latency according to the
    profile (:func:`autoscaler.capacity.choices_per_second`) times ``headroom``;
 5. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
@@ -183,8 +185,10 @@ def planner_decide(
     demand = started + waiting * mix.choices / cfg.drain_s
     history = tuple((t, d) for t, d in state.demand if t > now - cfg.trend_window_s) + ((now, demand),)
     # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
-    # reaches from there to one start-up ahead.
-    planned = max(demand, demand + trend(history) * (cfg.lead_s + window.span / 2))
+    # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
+    # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
+    slope = trend(history) if history[-1][0] - history[0][0] >= cfg.trend_window_s / 2 else 0.0
+    planned = max(demand, demand + slope * (cfg.lead_s + window.span / 2))
     per_replica = choices_per_second(
         cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )

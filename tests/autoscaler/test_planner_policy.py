@@ -222,14 +222,25 @@ def test_a_linear_ramp_is_forecast_one_start_up_ahead_of_now_not_of_the_windows_
     spec = spec_for(profile_path)
     cfg = planner_config(spec.planner, load_profile(profile_path))
     p = Planner(spec, 1)
-    for t in range(30, 90, 5):
+    for t in range(30, 120, 5):
         p.at(t, window(0.5 * (t - 15), span=30))
-        if t >= 40:  # three rounds: a trend
+        if t - 30 >= cfg.trend_window_s / 2:  # the demand seen spans half the trend window: a trend
             assert p.values["planned"] == pytest.approx(0.5 * (t + cfg.lead_s)), t
+        else:  # too short a history for a slope: demand as measured
+            assert p.values["planned"] == pytest.approx(p.values["demand"]), t
     steady = Planner(spec, 1)
-    for t in range(30, 90, 5):
+    for t in range(30, 120, 5):
         steady.at(t, window(20, span=30))
     assert steady.values["planned"] == pytest.approx(20)  # no trend, nothing added
+
+
+def test_noise_just_after_a_start_is_not_taken_for_a_trend(profile_path):
+    """Three rounds after a (re)start, demand 4.4, 4.8, 5.1: a slope that the lead would multiply into
+    twice the demand. Until the history spans half the trend window the plan is the demand seen."""
+    p = Planner(spec_for(profile_path), 3)
+    for t, demand in ((0, 4.4), (5, 4.8), (10, 5.1)):
+        p.at(t, window(demand, span=30, pods=3))
+    assert p.values["planned"] == pytest.approx(5.1)
 
 
 def test_before_any_request_finished_the_configured_mix_stands_in(profile_path):

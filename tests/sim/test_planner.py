@@ -74,14 +74,15 @@ def test_steady_demand_gives_demand_over_capacity_per_replica():
 
 def test_rising_demand_is_met_a_lead_time_ahead():
     flat, rising = Planner(1), Planner(1)
-    for t, rate in [(0, 5), (10, 5), (20, 5)]:
+    # Rounds 15 s apart: the history spans half the 60 s trend window, enough for a slope.
+    for t, rate in [(0, 5), (15, 5), (30, 5)]:
         flat.at(t, window(rate))
-    for t, rate in [(0, 5), (10, 7.5), (20, 10)]:
+    for t, rate in [(0, 5), (15, 7.5), (30, 10)]:
         got = rising.at(t, window(rate))
     per_replica = choices_per_second(PROFILE, 0.02, 34, 30, 1) * CFG.headroom
-    # The window's average (10) stands for its middle, 15 s ago: slope 0.25/s over those 15 s and the
-    # 25 s lead plans for 20 choices/s, not the 10 seen now.
-    assert got == math.ceil((10 + 0.25 * (25 + 15)) / per_replica)
+    # The window's average (10) stands for its middle, 15 s ago: slope 1/6 per s over those 15 s and the
+    # 25 s lead plans for 16.7 choices/s, not the 10 seen now.
+    assert got == math.ceil((10 + (5 / 30) * (25 + 15)) / per_replica)
     assert got > math.ceil(10 / per_replica)
 
 

@@ -2,6 +2,8 @@
 
   python -m nlgsim run --profile P.json --workload trace:my.csv --map-lengths clip --config autoscaler.yaml \\
       --policy pertoken:25 --policy pertoken:35 --policy planner --oracle --out results/
+  python -m nlgsim run --protocol thesis --profile P.json --workload complex:10 --ramp 200
+  python -m nlgsim run --protocol trace --profile P.json --workload trace:my.csv --map-lengths scale:0.125
   python -m nlgsim sweep --profile P.json --workload trace:my.csv --thresholds 20,25,30 --windows 30,60
   python -m nlgsim capacity --profile P.json --workload complex:1
   python -m nlgsim profile --preset gpt2 --out my-profile.json
@@ -25,7 +27,9 @@ from tqdm import tqdm
 from autoscaler.config import ConfigError, ScalerSpec, parse_config, to_dict
 from nlgsim.experiment import Workload, build_policy, parse_workload, planner_config, scaler_spec
 from nlgsim.feasibility import feasibility
+from nlgsim.oracle import ORACLE_WARMUP_S
 from nlgsim.profile import EngineProfile, load_profile
+from nlgsim.protocol import PROTOCOLS, Plan, run_plan
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.workload import LENGTH_STRATEGIES
@@ -46,7 +50,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload", required=True, help="simple:RATE, complex:RATE (req/s, or like 2.4x), trace:PATH"
     )
-    p.add_argument("--count", type=int, default=2000, help="requests of a Table 4.2 workload (default 2000)")
+    p.add_argument("--count", type=int, help="requests of a Table 4.2 workload (default 2000; thesis 3840)")
     p.add_argument("--duration", type=float, help="seconds of workload (trace: a window of it)")
     p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
     p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
@@ -67,20 +71,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--startup", type=float, help="pod start-up delay in s (default: the profile's)")
     p.add_argument("--routing", default="round-robin", choices=("round-robin", "least-loaded"))
-    p.add_argument("--slo-request-ms", type=float, default=2000.0)
-    p.add_argument("--slo-ttft-ms", type=float, default=2000.0)
-    p.add_argument("--slo-pertoken-ms", type=float, default=50.0)
+    p.add_argument("--slo-request-ms", type=float, help="request latency limit (default 2000)")
+    p.add_argument("--slo-ttft-ms", type=float, help="TTFT limit (default 2000; trace protocol 1000)")
+    p.add_argument("--slo-pertoken-ms", type=float, help="per-token latency limit (default 50)")
     p.add_argument(
         "--attain",
-        default="request",
-        help=f"SLOs attainment requires, comma-separated: {','.join(SLO_NAMES)}",
+        help=f"SLOs attainment requires, comma-separated: {','.join(SLO_NAMES)} (default request; "
+        "trace protocol ttft,pertoken)",
     )
-    p.add_argument(
-        "--target", type=float, default=0.99, help="share of feasible requests to meet the SLO (default 0.99)"
-    )
-    p.add_argument(
-        "--slo-interval", type=float, default=30.0, help="s; the oracle meets --target in each (default 30)"
-    )
+    p.add_argument("--target", type=float, help="share of feasible requests to meet the SLO (default 0.99)")
+    p.add_argument("--slo-interval", type=float, help="s; the oracle meets --target in each (default 30)")
     p.add_argument("--out", type=Path, help="folder for summary.json and PNG figures")
 
 
@@ -97,6 +97,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"
     )
+    run.add_argument(
+        "--protocol",
+        choices=sorted(PROTOCOLS),
+        help="a named protocol (seeds or trace windows, its SLO, bounds and policies; docs/simulator.md): "
+        "prints the tables of benchmarks/scaling_policies.md",
+    )
+    run.add_argument("--seeds", type=int, help="thesis protocol: seeds 0..N-1 (default 10)")
+    run.add_argument("--windows", type=int, help="trace protocol: consecutive windows of the trace (default 4)")
+    run.add_argument(
+        "--warmup", type=float, default=0.0, help="thesis protocol: seconds of light load before the step"
+    )
+    run.add_argument(
+        "--warmup-rate", default="0.25x", help="thesis protocol: the light load, req/s or like 0.25x (default)"
+    )
+    run.add_argument("--workers", type=int, default=1, help="protocol runs in this many processes")
     sw = sub.add_parser("sweep", help="grid of thresholds and windows; prints the Pareto front")
     _common(sw)
     sw.add_argument("--types", default="pertoken", help="comma-separated: request,pertoken")
@@ -120,31 +135,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _slo(args: argparse.Namespace) -> SLO:
+def _slo(args: argparse.Namespace, base: SLO | None = None) -> SLO:
+    """The SLO the flags give, each one not given taken from ``base`` (a protocol's, or the default)."""
+    base = base or SLO()
+
+    def ms(value: float | None, default: float) -> float:
+        return default if value is None else value / 1000
+
+    attain = base.attain if args.attain is None else tuple(a.strip() for a in args.attain.split(",") if a.strip())
     return SLO(
-        request_s=args.slo_request_ms / 1000,
-        ttft_s=args.slo_ttft_ms / 1000,
-        per_token_s=args.slo_pertoken_ms / 1000,
-        attain=tuple(a.strip() for a in args.attain.split(",") if a.strip()),
-        target=args.target,
-        interval_s=args.slo_interval,
+        request_s=ms(args.slo_request_ms, base.request_s),
+        ttft_s=ms(args.slo_ttft_ms, base.ttft_s),
+        per_token_s=ms(args.slo_pertoken_ms, base.per_token_s),
+        attain=attain,
+        target=base.target if args.target is None else args.target,
+        interval_s=base.interval_s if args.slo_interval is None else args.slo_interval,
     )
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    return (yaml.safe_load(Path(args.config).read_text()) or {}) if args.config else {}
+
+
+def _loop(args: argparse.Namespace, config: dict[str, Any]) -> tuple[float, float]:
+    loop = args.loop_interval
+    if loop is None:
+        loop = parse_config(config).loop.interval if "loop" in config else 5.0
+    return loop, args.scrape_interval or loop
 
 
 def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpec, float, float, SLO]:
     profile = load_profile(args.profile)
-    config: dict[str, Any] = {}
-    if args.config:
-        config = yaml.safe_load(Path(args.config).read_text()) or {}
+    config = _config(args)
     spec = scaler_spec(config, args.set)
-    loop = args.loop_interval
-    if loop is None:
-        loop = parse_config(config).loop.interval if "loop" in config else 5.0
-    scrape = args.scrape_interval or loop
+    loop, scrape = _loop(args, config)
     workload = parse_workload(
         args.workload,
         profile,
-        count=args.count,
+        count=args.count or 2000,
         duration=args.duration,
         seed=args.seed,
         start=args.start,
@@ -176,9 +204,69 @@ def _run_one(scenario: Scenario, desc: str) -> RunLog:
         return simulate(scenario, tick)
 
 
+def plan_from_args(args: argparse.Namespace) -> Plan:
+    """The protocol's runs as the flags set them: the protocol's settings, the flags over them."""
+    protocol = PROTOCOLS[args.protocol]
+    config = _config(args)
+    # The protocol's scaler keys over the config's, --set over both.
+    spec = scaler_spec({"scaler": {**dict(config.get("scaler") or {}), **protocol.scaler}}, args.set)
+    loop, scrape = _loop(args, config)
+    wrong = "--windows" if protocol.replicate == "seed" else "--seeds"
+    if (args.windows if protocol.replicate == "seed" else args.seeds) is not None:
+        raise ValueError(f"{wrong} does not apply to --protocol {args.protocol} (one run per {protocol.replicate})")
+    if args.warmup and protocol.replicate != "seed":
+        raise ValueError(f"--warmup applies to --protocol thesis; the trace protocol warms up {ORACLE_WARMUP_S:g} s")
+    return Plan(
+        protocol=args.protocol,
+        profile=args.profile,
+        workload=args.workload,
+        policies=tuple(args.policy or protocol.policies),
+        slo=_slo(args, protocol.slo),
+        scaler=spec,
+        replicates=args.seeds or args.windows or protocol.replicates,
+        count=args.count or protocol.count,
+        ramp=args.ramp,
+        warmup_s=args.warmup,
+        warmup_rate=args.warmup_rate,
+        lengths=args.lengths,
+        start=args.start,
+        duration=args.duration,
+        speed=args.speed,
+        loop_interval=loop,
+        scrape_interval=scrape,
+        startup_s=args.startup,
+        routing=args.routing,
+    )
+
+
+def cmd_protocol(args: argparse.Namespace) -> int:
+    from nlgsim import plots
+    from nlgsim.protocol_tables import header, tables
+
+    plan = plan_from_args(args)
+    load_profile(plan.profile)  # a missing or bad profile is named before any work
+    result = run_plan(plan, args.workers, progress=lambda m: print(m, file=sys.stderr))
+    print("\n".join(header(result)))
+    for table in tables(result):
+        print()
+        print(table)
+    if args.out:
+        out: Path = args.out
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "protocol.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+        names = plots.protocol_figures(result, out, "")
+        print(f"wrote {out}/protocol.json" + "".join(f", {n}" for n in names))
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from nlgsim import plots
     from nlgsim.oracle import oracle
+
+    if args.protocol:
+        return cmd_protocol(args)
+    if args.seeds is not None or args.windows is not None or args.warmup:
+        raise ValueError("--seeds, --windows and --warmup go with --protocol thesis|trace")
 
     profile, workload, spec, loop, scrape, slo = _setup(args)
     print(f"workload: {workload.description}")

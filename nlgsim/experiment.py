@@ -6,7 +6,11 @@ Workloads: ``simple:R`` or ``complex:R`` (Table 4.2 at R requests per second; ``
 replica's saturation rate for that query type), or ``trace:PATH`` (a CSV trace).
 
 Policies: ``request:T`` and ``pertoken:T`` (the live autoscaler's policy at threshold T ms), ``planner``
-(the project's own) and ``fixed:N`` (N replicas, no autoscaler).
+or ``planner:F`` (the project's own, planning the per-token latency at F of what the SLO allows, as the
+live ``scaler.planner.plan_fraction``; default 0.6) and ``fixed:N`` (N replicas, no autoscaler). Options
+after a space change the scaler's spec for that policy alone: ``wN`` its ``time_window`` and ``sN`` its
+``stabilization_window``, in seconds (``pertoken:25 w60``, ``planner s600``). A run is named by its text
+exactly as written.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from autoscaler.config import ScalerSpec, parse_scaler, to_dict
+from autoscaler.config import PlannerSpec, ScalerSpec, parse_scaler, to_dict
 from nlgsim.capacity import saturation_rate
 from nlgsim.planner import PlannerConfig, planner_policy
 from nlgsim.policy import Policy, hpa_policy
@@ -97,6 +101,13 @@ def scaler_spec(config: Mapping[str, Any] | None, overrides: Sequence[str] = ())
     return parse_scaler(data)
 
 
+#: The share of the SLO's per-token allowance the planner plans at: the live ``plan_fraction`` default.
+PLAN_FRACTION = PlannerSpec().plan_fraction
+
+#: Policy options: the letter, the scaler key it sets.
+POLICY_OPTIONS = {"w": "time_window", "s": "stabilization_window"}
+
+
 def planner_config(
     profile: EngineProfile,
     requests: Sequence[Request],
@@ -106,7 +117,7 @@ def planner_config(
     **overrides: Any,
 ) -> PlannerConfig:
     """The planner's settings for a workload: targets from the SLO (the per-token latency it allows the
-    p95 output, planned at 0.6 of it), lead time from start-up."""
+    p95 output, planned at ``PLAN_FRACTION`` of it), lead time from start-up."""
     prompt = sum(r.prompt_tokens for r in requests) / max(len(requests), 1)
     outputs = [n for r in requests for n in r.output_tokens]
     output = sum(outputs) / max(len(outputs), 1)
@@ -114,7 +125,7 @@ def planner_config(
     long_output = sorted(outputs)[int(0.95 * (len(outputs) - 1))] if outputs else 1.0
     cfg = PlannerConfig(
         profile=profile,
-        per_token_target_s=slo.per_token_allowed(long_output) * 0.6,
+        per_token_target_s=slo.per_token_allowed(long_output) * PLAN_FRACTION,
         slo=slo,
         prompt_tokens=prompt,
         output_tokens=output,
@@ -124,23 +135,53 @@ def planner_config(
     return replace(cfg, **overrides)
 
 
+def _number(text: str, what: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ValueError(f"{what}: {text!r} is not a number > 0")
+    return value
+
+
+def policy_spec(text: str, base: ScalerSpec) -> ScalerSpec:
+    """``base`` with the options after the policy's name (``w60``, ``s600``) applied."""
+    _, *options = text.split()
+    changes: dict[str, float] = {}
+    for option in options:
+        key = POLICY_OPTIONS.get(option[:1])
+        if key is None:
+            raise ValueError(
+                f"--policy {text!r}: option {option!r} is not one of "
+                + ", ".join(f"{k}N ({v})" for k, v in POLICY_OPTIONS.items())
+            )
+        changes[key] = _number(option[1:], f"--policy {text!r}")
+    return parse_scaler({**to_dict(base), **changes}) if changes else base
+
+
 def build_policy(
     text: str, base: ScalerSpec, planner: PlannerConfig | None = None
 ) -> tuple[Policy | None, int]:
     """A policy (``None`` for fixed replicas) and the replicas to start with."""
-    kind, _, arg = text.partition(":")
+    head = text.split()[0] if text.split() else ""
+    kind, _, arg = head.partition(":")
+    spec = policy_spec(text, base)
     if kind in ("request", "pertoken"):
         if not arg:
             raise ValueError(f"--policy {text!r}: give a threshold in ms, e.g. {kind}:25")
-        spec = parse_scaler({**to_dict(base), "type": kind, "threshold": float(arg)})
-        return hpa_policy(spec), max(spec.min_deployment_count, 1)
+        spec = parse_scaler({**to_dict(spec), "type": kind, "threshold": _number(arg, f"--policy {text!r}")})
+        return hpa_policy(spec, text), max(spec.min_deployment_count, 1)
     if kind == "planner":
         if planner is None:
             raise ValueError("--policy planner needs the planner's settings")
-        name = "planner" + (f":{arg}" if arg else "")
-        return planner_policy(base, planner, name), max(base.min_deployment_count, 1)
+        if arg:
+            fraction = _number(arg, f"--policy {text!r}: the plan fraction")
+            allowed = planner.slo.per_token_allowed(planner.long_output_tokens)
+            planner = replace(planner, per_token_target_s=allowed * fraction)
+        return planner_policy(spec, planner, text), max(spec.min_deployment_count, 1)
     if kind == "fixed":
-        if not arg or int(arg) < 1:
+        if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")
         return None, int(arg)
-    raise ValueError(f"--policy {text!r}: use request:MS, pertoken:MS, planner or fixed:N")
+    raise ValueError(f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F] or fixed:N")

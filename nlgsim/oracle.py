@@ -16,7 +16,9 @@ cost (zero start-up delay, no draining), and each interval is given exactly what
 tries n = min, min + 1, ... and takes the first that meets the target, not the first found walking
 from the previous interval's answer: attainment is not quite monotone in n (round-robin puts requests
 on other replicas at each count), and a walk would make an interval's answer depend on its
-neighbours, so that adding load could lower it.
+neighbours, so that adding load could lower it. A candidate's run stops as soon as more scored
+requests have missed than the target allows (the answer is then known: too few), so the counts below
+the answer cost little however long their queues would grow.
 
 With every feasible request alone on a replica each meets the SLO, so an interval can fall short
 only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the
@@ -38,6 +40,7 @@ trace this is the bound a real scaler can approach; the zero start-up one it can
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -46,10 +49,14 @@ import numpy.typing as npt
 
 from nlgsim.feasibility import infeasible
 from nlgsim.profile import EngineProfile
+from nlgsim.replica import RequestState
 from nlgsim.results import request_table, violations
 from nlgsim.simulator import Scenario, simulate
 from nlgsim.slo import SLO
 from nlgsim.workload import Request
+
+#: Seconds of traffic simulated before each interval, so its engines start as loaded as they would be.
+ORACLE_WARMUP_S = 60.0
 
 
 def _attainment(
@@ -60,12 +67,28 @@ def _attainment(
     *,
     slo: SLO,
     routing: str,
+    give_up: bool = True,
 ) -> float:
     """Attainment of the requests ``scored`` marks when all of ``requests`` (in arrival order) run on
-    ``replicas`` fixed replicas."""
-    log = simulate(Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing))
+    ``replicas`` fixed replicas; with ``give_up``, NaN as soon as it is known to fall short of the target."""
+    total = max(int(scored.sum()), 1)
+    ids = {r.id for r, s in zip(requests, scored, strict=True) if s}
+    missed = 0
+
+    def hopeless(state: RequestState) -> bool:
+        nonlocal missed
+        if state.request.id in ids:
+            arrival = state.request.arrival
+            missed += slo.missed_one(state.finish - arrival, state.first_token - arrival, state.per_token)
+        return give_up and 1.0 - missed / total < slo.target
+
+    log = simulate(
+        Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing), stop=hopeless
+    )
+    if log.stopped:
+        return math.nan
     bad = slo.missed(violations(request_table(log), slo))
-    return 1.0 - float((bad & scored).sum()) / max(int(scored.sum()), 1)
+    return 1.0 - float((bad & scored).sum()) / total
 
 
 @dataclass(frozen=True)
@@ -83,9 +106,9 @@ class OracleResult:
     infeasible: int = 0
     """Requests that miss the SLO even alone on an idle replica, left out of every score."""
 
-    def gpu_seconds_since(self, since: float) -> float:
-        """The bound over ``[since, last arrival]``, intervals cut at ``since``."""
-        end = self.gpu_seconds_end
+    def gpu_seconds_since(self, since: float, until: float | None = None) -> float:
+        """The bound over ``[since, until]`` (default the last arrival), intervals cut at both ends."""
+        end = self.gpu_seconds_end if until is None else min(until, self.gpu_seconds_end)
         total = 0.0
         for i, n in enumerate(self.replicas):
             lo, hi = max(i * self.interval, since), min((i + 1) * self.interval, end)
@@ -93,14 +116,14 @@ class OracleResult:
                 total += n * (hi - lo)
         return total
 
-    def gpu_seconds_with_startup(self, startup_s: float, since: float = 0.0) -> float:
+    def gpu_seconds_with_startup(self, startup_s: float, since: float = 0.0, until: float | None = None) -> float:
         """The oracle's replicas, each above the floor paid from ``startup_s`` before it is needed.
 
-        Counted over ``[since, last arrival]`` like :meth:`gpu_seconds_since`.
+        Counted over ``[since, until]`` like :meth:`gpu_seconds_since`.
         """
         if startup_s < 0:
             raise ValueError(f"startup_s = {startup_s} must be >= 0")
-        end = self.gpu_seconds_end
+        end = self.gpu_seconds_end if until is None else min(until, self.gpu_seconds_end)
         floor = min(self.replicas, default=0)
         total = floor * max(end - since, 0.0)
         for level in range(floor + 1, max(self.replicas, default=0) + 1):
@@ -125,10 +148,9 @@ def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: floa
 
 
 def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> int | None:
-    """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target``; None if ``cap`` misses."""
-    if score(cap) < target:
-        return None
-    return next(n for n in range(floor, cap + 1) if score(n) >= target)
+    """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target`` (NaN: falls short);
+    None if none does."""
+    return next((n for n in range(floor, cap + 1) if score(n) >= target), None)
 
 
 def oracle(
@@ -136,7 +158,7 @@ def oracle(
     requests: Sequence[Request],
     slo: SLO,
     *,
-    warmup: float = 60.0,
+    warmup: float = ORACLE_WARMUP_S,
     min_replicas: int = 1,
     max_replicas: int = 256,
     routing: str = "round-robin",
@@ -167,15 +189,14 @@ def oracle(
         else:
             base = reqs[lo].arrival
             shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
-            # Each count is simulated once, however often the search asks for it.
-            score = functools.cache(functools.partial(_attainment, profile, shifted, scored, slo=slo, routing=routing))
+            score = functools.partial(_attainment, profile, shifted, scored, slo=slo, routing=routing)
             found = _fewest(score, floor, max_replicas, slo.target)
             if found is None:
                 # Nothing within the bounds meets the target here: charge what the cheapest policy could
                 # use (see the module's docstring).
                 unattainable.append(i)
                 answer.append(floor)
-                attained.append(score(max_replicas))
+                attained.append(score(max_replicas, give_up=False))
             else:
                 answer.append(found)
                 attained.append(score(found))

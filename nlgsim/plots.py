@@ -1,21 +1,29 @@
-"""PNG figures of runs (matplotlib, Agg backend): the thesis's Figures 7.1-7.4 and the what-if views."""
+"""PNG figures of runs (matplotlib, Agg backend): the what-if views, and a protocol's figures for the report."""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from nlgsim.oracle import OracleResult  # noqa: E402
 from nlgsim.results import SLO, Summary, replicas_over_time, request_table  # noqa: E402
 from nlgsim.simulator import RunLog  # noqa: E402
+
+if TYPE_CHECKING:
+    from nlgsim.protocol import ProtocolResult
+    from nlgsim.protocol_tables import Spread
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -142,3 +150,228 @@ def distributions(series: Mapping[str, Sequence[float]], path: Path, title: str,
     ax.set_title(title)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+# -- a protocol's result (benchmarks/scaling_policies.md) ----------------------------------------------
+
+FAMILY_COLOURS = {"request": "#7f7f7f", "pertoken": "#1f77b4", "planner": "#d62728", "fixed": "#2ca02c"}
+
+
+def _colour(policy: str) -> str:
+    return FAMILY_COLOURS.get(policy.split()[0].partition(":")[0], "#9467bd")
+
+
+def _spread_bars(ax: Axes, names: Sequence[str], spreads: Sequence[Spread], scale: float = 1.0) -> None:
+    """One horizontal bar per policy at its mean, a line from its least to its most."""
+    y = np.arange(len(names))
+    means = [s.mean * scale if math.isfinite(s.mean) else 0.0 for s in spreads]
+    ax.barh(y, means, color=[_colour(n) for n in names], alpha=0.8, height=0.6)
+    for i, s in enumerate(spreads):
+        if math.isfinite(s.mean) and s.hi > s.lo:
+            ax.plot([s.lo * scale, s.hi * scale], [i, i], color="black", linewidth=1.2)
+    ax.set_yticks(y, names)
+    ax.invert_yaxis()
+
+
+def thesis_summary(result: ProtocolResult, path: Path, title: str) -> Path:
+    """Attainment, GPU-seconds and first scale-out per policy: means as bars, seeds' range as lines."""
+    from nlgsim.protocol_tables import by_policy, stat
+
+    runs = by_policy(result)
+    names = list(runs)
+    fig, axes = plt.subplots(1, 3, figsize=(10.5, 0.45 * len(names) + 1.4), sharey=True)
+    panels = [
+        ("attainment (%)", lambda s: s.attainment, 100.0),
+        ("GPU-seconds", lambda s: s.gpu_seconds, 1.0),
+        ("first scale-out (s)", lambda s: s.first_scale_s, 1.0),
+    ]
+    for ax, (label, value, scale) in zip(axes, panels, strict=True):
+        spreads = [stat(runs[n], value) for n in names]
+        _spread_bars(ax, names, spreads, scale)
+        ax.set_xlabel(label)
+        finite = [v * scale for s in spreads for v in (s.lo, s.hi) if math.isfinite(v)]
+        if finite and label.startswith("attainment"):
+            lo = min(finite)
+            ax.set_xlim(max(0.0, lo - 0.1 * (100 - lo) - 0.5), 100.0)
+    fig.suptitle(title + f" (bars: mean of {len(result.replicates)} seeds; lines: least to most)", fontsize=10)
+    return _save(fig, path)
+
+
+def replicas_small_multiples(
+    series: Mapping[str, Sequence[tuple[float, int]]],
+    path: Path,
+    title: str,
+    end: float,
+    oracle: tuple[Sequence[float], Sequence[int]] | None = None,
+) -> Path:
+    """Pods billed over time, one panel per policy on shared axes (every series visible), each with
+    the oracle's replicas dashed where given."""
+    names = list(series)
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.6, 1.1 * len(names) + 1.0), sharex=True, sharey=True)
+    axes_list = [axes] if len(names) == 1 else list(axes)
+    top = max([n for pts in series.values() for _, n in pts] + (list(oracle[1]) if oracle else []) + [1])
+    for ax, name in zip(axes_list, names, strict=True):
+        pts = list(series[name])
+        t = [p[0] for p in pts] + [end]
+        n = [p[1] for p in pts] + [pts[-1][1] if pts else 0]
+        ax.step(t, n, where="post", color=_colour(name), linewidth=1.6)
+        if oracle is not None:
+            ot, on = oracle
+            ax.step(list(ot), list(on), where="post", color="black", linestyle="--", linewidth=1.0)
+        ax.set_title(name, loc="left", fontsize=8, pad=2)
+        ax.set_ylim(0, top + 0.6)
+        ax.set_xlim(0, end)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
+    axes_list[-1].set_xlabel("seconds from the start of the measured window")
+    fig.supylabel("pods billed", fontsize=9)
+    fig.suptitle(title + (" (dashed: the oracle)" if oracle else ""), fontsize=10)
+    return _save(fig, path)
+
+
+def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool = False) -> Path:
+    """Mean attainment against mean GPU-seconds, each family's configurations joined in cost order."""
+    from nlgsim.protocol_tables import by_policy, family, stat
+
+    runs = by_policy(result)
+    target = float(result.command["slo"]["target"])
+    fig, ax = plt.subplots(figsize=(7.2, 4.6))
+    ys: list[float] = []
+    for fam, colour in FAMILY_COLOURS.items():
+        members = [p for p in runs if family(p) == fam]
+        if not members:
+            continue
+        pts = sorted(
+            (stat(runs[p], lambda s: s.gpu_seconds).mean,
+             100 * stat(runs[p], lambda s: s.attainment_feasible if feasible else s.attainment).mean, p)
+            for p in members
+        )  # fmt: skip
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=fam, linewidth=1.2)
+        for x, y, p in pts:
+            head, *opts = p.split()
+            short = " ".join([head.partition(":")[2] or head, *opts])
+            ax.annotate(short, (x, y), fontsize=7, xytext=(4, -9), textcoords="offset points", color=colour)
+        ys += [p[1] for p in pts]
+    ax.axhline(100 * target, color="black", linestyle=":", linewidth=1, label=f"target {100 * target:g}%")
+    if ys:
+        lo = min(ys)
+        ax.set_ylim(lo - 0.08 * (100 - lo) - 0.2, 100 + 0.04 * (100 - lo) + 0.05)
+    ax.set_xlabel("GPU-seconds (mean)")
+    ax.set_ylabel("attainment (%, mean)" + (" over feasible requests" if feasible else ""))
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
+    """Per policy: GPU-seconds over the oracle's and attainment over the feasible requests, window by
+    window (dot: mean; line: least to most)."""
+    from nlgsim.protocol_tables import by_policy, stat, window_ratios
+
+    runs = by_policy(result)
+    names = list(runs)
+    target = float(result.command["slo"]["target"])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 0.42 * len(names) + 1.5), sharey=True)
+    y = np.arange(len(names))
+    ratios = [window_ratios(result, n)[0] for n in names]
+    atts = [stat(runs[n], lambda s: 100 * s.attainment_feasible) for n in names]
+    for ax, spreads in ((left, ratios), (right, atts)):
+        for i, (n, s) in enumerate(zip(names, spreads, strict=True)):
+            ax.plot([s.lo, s.hi], [i, i], color=_colour(n), linewidth=1.5)
+            ax.plot([s.mean], [i], "o", color=_colour(n))
+        ax.grid(axis="x", alpha=0.3)
+    reps = result.replicates
+    paid = [r.startup_bound_gpu_s / r.oracle_gpu_s for r in reps if r.oracle_gpu_s and r.startup_bound_gpu_s]
+    left.axvline(1.0, color="black", linestyle="--", linewidth=1, label="oracle")
+    if paid:
+        left.axvline(statistics.fmean(paid), color="black", linestyle=":", linewidth=1, label="start-up bound (mean)")
+    left.set_xscale("log")
+    left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    left.set_xlabel("GPU-seconds / the oracle's (log)")
+    left.legend(fontsize=7, loc="lower right")
+    right.axvline(100 * target, color="black", linestyle=":", linewidth=1)
+    lows = [s.lo for s in atts if math.isfinite(s.lo)]
+    lo = min(lows, default=100 * target)
+    right.set_xlim(min(lo, 100 * target) - 0.05 * (100 - min(lo, 100 * target)) - 0.1, 100.05)
+    right.set_xlabel(f"attainment over feasible requests (%); target {100 * target:g}%")
+    left.set_yticks(y, names)
+    left.invert_yaxis()
+    fig.suptitle(title + f" ({len(result.replicates)} windows: dot mean, line least to most)", fontsize=10)
+    return _save(fig, path)
+
+
+def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
+    """Which figures a result gets: ``summary``, ``replicas`` and (several settings of a family) ``front``.
+
+    A trace whose oracle needs the same replicas throughout gets none: every policy's line would be flat.
+    """
+    from nlgsim.protocol_tables import by_policy, family
+
+    runs = by_policy(result)
+    if result.protocol == "thesis":
+        several = any(sum(family(p) == f for p in runs) > 1 for f in FAMILY_COLOURS)
+        return ["summary", "replicas", *(["front"] if several else [])]
+    orc = result.oracle
+    return [] if orc is None or max(orc.replicas) == min(orc.replicas) else ["summary", "replicas"]
+
+
+def protocol_figures(result: ProtocolResult, out: Path, prefix: str, title: str = "", draw: bool = True) -> list[str]:
+    """The figures of one protocol result as ``{prefix}{kind}.png`` in ``out`` (drawn unless ``draw`` is
+    False); their file names."""
+    kinds = protocol_figure_kinds(result)
+    names = [f"{prefix}{kind}.png" for kind in kinds]
+    if not draw:
+        return names
+    title = title or f"{result.protocol} protocol, {result.command['workload'].rpartition('/')[2]}"
+    for kind, name in zip(kinds, names, strict=True):
+        _DRAW[kind](result, out / name, title)
+    return names
+
+
+def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
+    from nlgsim.protocol_tables import by_policy
+
+    first = {r.key.policy: r for r in result.runs if r.key.replicate == 0}
+    end = max(r.summary.end_s for r in first.values()) - result.replicates[0].since
+    shown = {p: first[p].timeline for p in by_policy(result) if p in first}
+    return replicas_small_multiples(shown, path, f"{title}: seed 0", end)
+
+
+def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
+    """The window whose oracle costs most: the planners and one HPA policy, each beside the oracle."""
+    from nlgsim.protocol_tables import family
+
+    orc = result.oracle
+    assert orc is not None
+    rep = max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
+    in_rep = {r.key.policy: r for r in result.runs if r.key.replicate == rep.index}
+    target = float(result.command["slo"]["target"])
+    planners = [p for p in in_rep if family(p) == "planner"]
+    # The HPA policy to show: the cheapest at the target in that window, else the one closest to it.
+    hpa = sorted(
+        (r.summary for p, r in in_rep.items() if family(p) in ("request", "pertoken")),
+        key=lambda s: (0, s.gpu_seconds) if s.attainment_feasible >= target - 1e-12 else (1, -s.attainment_feasible),
+    )
+    shown = {p: in_rep[p].timeline for p in planners[:2]}
+    if hpa:
+        shown[hpa[0].name] = in_rep[hpa[0].name].timeline
+    length = (rep.until or 0.0) - rep.since
+    i0 = int(round((rep.offset + rep.since) / orc.interval_s))
+    orc_n = list(orc.replicas[i0 : i0 + int(math.ceil(length / orc.interval_s))])
+    orc_t = [k * orc.interval_s for k in range(len(orc_n) + 1)]
+    return replicas_small_multiples(shown, path, f"{title}: {rep.label}", length, (orc_t, [*orc_n, orc_n[-1]]))
+
+
+def _front(result: ProtocolResult, path: Path, title: str) -> Path:
+    return family_front(result, path, f"{title}: each family over its settings", feasible=result.protocol == "trace")
+
+
+def _summary(result: ProtocolResult, path: Path, title: str) -> Path:
+    return (thesis_summary if result.protocol == "thesis" else trace_summary)(result, path, title)
+
+
+def _replicas(result: ProtocolResult, path: Path, title: str) -> Path:
+    return (_thesis_replicas if result.protocol == "thesis" else _trace_replicas)(result, path, title)
+
+
+_DRAW = {"summary": _summary, "replicas": _replicas, "front": _front}

@@ -11,8 +11,9 @@ SLO attainment is the share of requests meeting every SLO named in ``SLO.attain`
 the feasible requests (those that meet it alone on an idle replica, :mod:`nlgsim.feasibility`; the
 share a policy can be held to) and over all. GPU-seconds are
 replica-seconds (one GPU a replica), counted from pod creation (start-up included) until the pod is
-gone (drained after deletion) or the run ends (its last request finishes). ``since`` measures a
-steady state: only requests arriving from then on, and GPU-seconds from then on, count.
+gone (drained after deletion) or the run ends (its last request finishes). ``since`` and ``until``
+cut a measured window out of a run: only requests arriving in ``[since, until)`` count, GPU-seconds
+are billed over ``[since, until]``, and the first scale-out is timed from ``since``.
 """
 
 from __future__ import annotations
@@ -121,30 +122,42 @@ def interval_attainment(
         return np.where(count > 0, met / np.maximum(count, 1), np.nan)
 
 
-def first_scale_out(log: RunLog) -> float:
-    start = log.states[0].request.arrival if log.states else 0.0
+def first_scale_out(log: RunLog, since: float | None = None) -> float:
+    """Seconds from ``since`` (default: the first arrival) to the first decision, from then on, to add pods."""
+    start = since if since is not None else (log.states[0].request.arrival if log.states else 0.0)
     for loop in log.loops:
-        if loop.desired > loop.current:
+        if loop.time >= start and loop.desired > loop.current:
             return loop.time - start
     return math.nan
 
 
-def billed_seconds(log: RunLog, since: float = 0.0) -> float:
-    """Integral of pods billed over ``[since, end]`` (equals ``log.replica_seconds`` from 0)."""
+def billed_seconds(log: RunLog, since: float = 0.0, until: float | None = None) -> float:
+    """Integral of pods billed over ``[since, until]`` (default the run's end; from 0 it equals
+    ``log.replica_seconds``)."""
+    end = log.end if until is None else until
     total = 0.0
     changes = [*log.pod_changes, (log.end, 0, 0, 0)]
     for (t0, _, _, billed), (t1, *_) in zip(changes, changes[1:], strict=False):
-        lo, hi = max(t0, since), min(t1, log.end)
+        lo, hi = max(t0, since), min(t1, end)
         if hi > lo:
             total += billed * (hi - lo)
     return total
 
 
-def summarize(log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0) -> Summary:
+def most_replicas(log: RunLog, since: float = 0.0, until: float | None = None) -> int:
+    """The most pods the Deployment counted at any time in ``[since, until]``."""
+    end = log.end if until is None else until
+    at_start = [c[1] for c in log.pod_changes if c[0] <= since][-1:]
+    return max([*at_start, *(c[1] for c in log.pod_changes if since < c[0] <= end)], default=0)
+
+
+def summarize(
+    log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0, until: float | None = None
+) -> Summary:
     table = request_table(log)
     feasible = ~infeasible(log.scenario.profile, [s.request for s in log.states], slo)
-    if since > 0:
-        keep = table.arrival >= since
+    if since > 0 or until is not None:
+        keep = (table.arrival >= since) & (table.arrival < (math.inf if until is None else until))
         table = RequestTable(*(getattr(table, f)[keep] for f in ("arrival", "latency", "ttft", "per_token", "replica")))
         feasible = feasible[keep]
     missed = violations(table, slo)
@@ -161,9 +174,9 @@ def summarize(log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0
         requests=n,
         violations={k: int(v.sum()) for k, v in missed.items()},
         attainment=1.0 - float(bad.sum()) / n if n else 1.0,
-        gpu_seconds=billed_seconds(log, since) if since > 0 else log.replica_seconds,
-        first_scale_s=first_scale_out(log),
-        max_replicas=max(c[1] for c in log.pod_changes),
+        gpu_seconds=billed_seconds(log, since, until) if since > 0 or until is not None else log.replica_seconds,
+        first_scale_s=first_scale_out(log, since if since > 0 else None),
+        max_replicas=most_replicas(log, since, until),
         latency_p50_s=pct(table.latency, 50),
         latency_p99_s=pct(table.latency, 99),
         ttft_p50_s=pct(table.ttft, 50),

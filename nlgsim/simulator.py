@@ -60,6 +60,10 @@ class Scenario:
     """Aggregator's ``stale_after``; ``None`` takes what ``autoscaler/app.py`` gives the direct
     source: 2.5 loop intervals plus the default scrape timeout (2 s)."""
     name: str = ""
+    control_from: float = 0.0
+    """The autoscaler's first round (0: one ``loop_interval`` in). Scrapes run from the start, so a
+    round at ``control_from`` sees a full window of what came before: a warm-up that no policy acts
+    on, and whose pods (``initial_replicas``) are the only ones alive when the measured window opens."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,12 @@ class RunLog:
     loops: list[LoopRecord]
     end: float
     replica_seconds: float
+    stopped: bool = False
+    """The run's ``stop`` callback ended it before every request finished."""
+
+
+#: Called as each request finishes; True ends the run there (a run whose outcome is already known).
+StopWhen = Callable[[RequestState], bool]
 
 
 def pod_sample(m: PodInstruments) -> PodSample:
@@ -148,12 +158,16 @@ class ClusterActuator:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, stop: StopWhen | None = None) -> None:
         self.s = scenario
+        self._stop = stop
+        self.stopped = False
         if scenario.initial_replicas < 0:
             raise ValueError(f"initial_replicas = {scenario.initial_replicas}, must be >= 0")
         if scenario.loop_interval <= 0 or scenario.scrape_interval <= 0:
             raise ValueError("loop_interval and scrape_interval must be > 0 seconds")
+        if scenario.control_from < 0:
+            raise ValueError(f"control_from = {scenario.control_from}, must be >= 0 seconds")
         self.cluster = Cluster(scenario.profile, scenario.routing, self._done, scenario.startup_s)
         self.states = [RequestState(r) for r in sorted(scenario.requests, key=lambda r: (r.arrival, r.id))]
         self.loops: list[LoopRecord] = []
@@ -182,12 +196,12 @@ class Simulation:
             self.cluster.mark_ready(self.cluster.create(0.0, ready_now=True), 0.0)
         if s.policy is not None:
             self._push(s.scrape_interval, _SCRAPE)
-            self._push(s.loop_interval, _LOOP)
+            self._push(s.control_from or s.loop_interval, _LOOP)
         if self.states:
             self._push(self.states[0].request.arrival, _ARRIVAL, 0)
         horizon = self.states[-1].request.arrival if self.states else 0.0
         reported = 0.0
-        while self._events and self._left > 0:
+        while self._events and self._left > 0 and not self.stopped:
             t, kind, _, payload = heapq.heappop(self._events)
             self.now = t
             if kind == _STEP:
@@ -205,7 +219,7 @@ class Simulation:
             if progress is not None and horizon > 0 and t - reported >= horizon / 200:
                 reported = t
                 progress(min(t / horizon, 1.0))
-        if self._left > 0:
+        if self._left > 0 and not self.stopped:
             raise RuntimeError(
                 f"{self._left} requests never finished: no pod is ready and none is starting "
                 "(min_deployment_count = 0 and initial_replicas = 0?)"
@@ -214,8 +228,9 @@ class Simulation:
             progress(1.0)
         end = max(self.now, horizon)
         return RunLog(
-            s, self.states, list(self.cluster.changes), self.loops, end, self.cluster.replica_seconds(end)
-        )
+            s, self.states, list(self.cluster.changes), self.loops, end, self.cluster.replica_seconds(end),
+            self.stopped,
+        )  # fmt: skip
 
     # -- requests and engines ----------------------------------------------------------------------
 
@@ -244,6 +259,8 @@ class Simulation:
 
     def _done(self, state: RequestState, t: float) -> None:
         self._left -= 1
+        if self._stop is not None and self._stop(state):
+            self.stopped = True
 
     # -- pods and the autoscaler -------------------------------------------------------------------
 
@@ -281,6 +298,8 @@ class Simulation:
             self.cluster.delete(current - replicas, self.now)
 
 
-def simulate(scenario: Scenario, progress: Callable[[float], None] | None = None) -> RunLog:
-    """Run one scenario to the end of its last request."""
-    return Simulation(scenario).run(progress)
+def simulate(
+    scenario: Scenario, progress: Callable[[float], None] | None = None, stop: StopWhen | None = None
+) -> RunLog:
+    """Run one scenario to the end of its last request (or until ``stop`` says so)."""
+    return Simulation(scenario, stop).run(progress)

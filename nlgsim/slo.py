@@ -33,6 +33,15 @@ class SLO(_SLO):
             "pertoken": per_token > self.per_token_s,
         }
 
+    def missed_one(self, latency: float, ttft: float, per_token: float) -> bool:
+        """Whether one request missed any limit ``attain`` names (``missed`` for a single request)."""
+        over = {
+            "request": latency > self.request_s,
+            "ttft": ttft > self.ttft_s,
+            "pertoken": per_token > self.per_token_s,
+        }
+        return any(over[a] for a in self.attain)
+
     def missed(self, misses: dict[str, npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:
         """Per request, whether it missed any limit ``attain`` names."""
         bad = np.zeros(len(next(iter(misses.values()))), dtype=bool)

@@ -24,14 +24,27 @@ Rules for odd input (each has a table test):
 - Buckets that are not monotonic (a scrape racing an update) are made monotonic with a running max.
 - Pods whose bucket bounds differ are merged on the union of bounds, each pod's cumulative count
   read at the largest bound it has that is <= the union bound.
+
+Cost: a round is O(pods). Each sample becomes, at ``record``, one step per series (its increase over
+the pod's previous finite sample, :mod:`autoscaler.bucket_deltas`); the steps a window holds are
+summed per pod without subtraction (:mod:`autoscaler.sliding_sum`), and ``window`` adds up the pods.
+Bucket counts and ``_count`` come out exactly as a sum from scratch would give them (they are integers);
+``_sum`` and fractional counters may differ from it in the last bits, being added in another order.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from operator import add
+from typing import Final, TypeVar
+
+from autoscaler.bucket_deltas import Delta, Point, combine, merge_pods, point, step
+from autoscaler.sliding_sum import SlidingSum
+
+T = TypeVar("T")
 
 #: Histogram families (short names) the Triton model emits, see docs/metrics.md.
 LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl")
@@ -144,47 +157,93 @@ def _monotonic(pairs: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def _cumulative_at(pairs: list[tuple[float, float]], bound: float) -> float:
-    """A pod's cumulative count at ``bound``: read at its largest bucket bound <= ``bound``."""
-    value = 0.0
-    for le, c in pairs:
-        if le > bound:
-            break
-        value = c
-    return value
-
-
-@dataclass
-class _Delta:
-    """Increase of one histogram over a window, summed over the samples' reset-aware steps."""
-
-    buckets: dict[float, float] = field(default_factory=dict)
-    sum: float = 0.0
-    count: float = 0.0
-
-    def add_step(self, before: Histogram | None, after: Histogram) -> None:
-        after_pairs = _monotonic(sorted(after.buckets))
-        # A smaller count means the pod restarted: everything it counted since is new.
-        reset = before is None or after.count < before.count
-        before_pairs = [] if reset or before is None else _monotonic(sorted(before.buckets))
-        self.sum += after.sum - (0.0 if reset or before is None else before.sum)
-        self.count += after.count - (0.0 if reset or before is None else before.count)
-        for le, c in after_pairs:
-            previous = _cumulative_at(before_pairs, le)
-            self.buckets[le] = self.buckets.get(le, 0.0) + max(0.0, c - previous)
-
-    def merge(self, other: _Delta) -> None:
-        bounds = sorted(set(self.buckets) | set(other.buckets))
-        mine, theirs = sorted(self.buckets.items()), sorted(other.buckets.items())
-        self.buckets = {b: _cumulative_at(mine, b) + _cumulative_at(theirs, b) for b in bounds}
-        self.sum += other.sum
-        self.count += other.count
-
-
 def stale_after(interval: float, timeout: float) -> float:
     """When a pod's gauges stop counting: two and a half scrape intervals plus a scrape's timeout, so
     that one slow or missed scrape does not drop a pod that is still there."""
     return 2.5 * interval + timeout
+
+
+class _PodHistory:
+    """One pod's held samples (time, sequence number, finite gauges) and the steps between them.
+
+    The first held sample is the window's baseline (the newest at or before the window start); a
+    step is held while the sample it starts from is. ``points`` and ``counts`` are each series' last
+    finite value, the start of its next step.
+    """
+
+    __slots__ = ("counters", "counts", "histograms", "next_seq", "points", "samples")
+
+    def __init__(self) -> None:
+        self.samples: deque[tuple[float, int, dict[str, float]]] = deque()
+        self.next_seq = 0
+        self.points: dict[str, tuple[int, Point]] = {}
+        self.histograms: dict[str, SlidingSum[Delta]] = {}
+        self.counts: dict[str, tuple[int, float]] = {}
+        self.counters: dict[str, SlidingSum[float]] = {}
+
+    def add(self, now: float, sample: PodSample) -> None:
+        seq = self.next_seq
+        self.next_seq += 1
+        held_from = self.samples[0][1] if self.samples else seq
+        gauges = {name: v for name, v in sample.gauges.items() if math.isfinite(v)}
+        self.samples.append((now, seq, gauges))
+        for name in LATENCY_HISTOGRAMS:
+            histogram = sample.histograms.get(name)
+            p = None if histogram is None else point(histogram.buckets, histogram.sum, histogram.count)
+            if p is None:
+                continue
+            before = self.points.get(name)
+            if before is not None and before[0] >= held_from:
+                self.histograms.setdefault(name, SlidingSum(combine)).push(before[0], seq, step(before[1], p))
+            self.points[name] = (seq, p)
+        for name in COUNTERS:
+            value = sample.counters.get(name, math.nan)
+            if not math.isfinite(value):
+                continue
+            last = self.counts.get(name)
+            if last is not None and last[0] >= held_from:
+                # A smaller value is a restart: the new value is what was counted since.
+                increase = value - last[1] if value >= last[1] else value
+                self.counters.setdefault(name, SlidingSum(add)).push(last[0], seq, increase)
+            self.counts[name] = (seq, value)
+
+    def prune(self, start: float) -> bool:
+        """Drops what the window starting at ``start`` no longer needs; False when nothing is left."""
+        samples = self.samples
+        dropped = False
+        while len(samples) > 1 and samples[1][0] <= start:
+            samples.popleft()
+            dropped = True
+        if samples[-1][0] < start:
+            return False
+        if dropped:
+            held_from = samples[0][1]
+            for histogram in self.histograms.values():
+                histogram.drop_starting_before(held_from)
+            for counter in self.counters.values():
+                counter.drop_starting_before(held_from)
+        return True
+
+    def usable(self, now: float, start: float) -> tuple[int, int]:
+        """Indices of the baseline and the newest sample of the window ``(start, now]``; ``last < 0``
+        when no sample is at or before ``now``."""
+        samples = self.samples
+        last = len(samples) - 1
+        while last >= 0 and samples[last][0] > now:
+            last -= 1
+        first = 0
+        while first < last and samples[first + 1][0] <= start:
+            first += 1
+        return first, last
+
+
+def _range_sum(sliding: SlidingSum[T], add: Callable[[T, T], T], first: int, last: int) -> T | None:
+    """The steps from sample ``first`` on that end by sample ``last``, oldest first."""
+    total: T | None = None
+    for start, end, value in sliding.steps():
+        if start >= first and end <= last:
+            total = value if total is None else add(total, value)
+    return total
 
 
 class WindowAggregator:
@@ -192,6 +251,12 @@ class WindowAggregator:
 
     ``stale_after`` (seconds) decides when a pod's gauges stop counting; give it about two scrape
     intervals. ``time_window`` may be changed between calls (a config reload).
+
+    Incremental: ``record`` turns each new sample into one step per series and drops the steps that
+    leave the window; ``window`` adds up each pod's held steps (:class:`~autoscaler.sliding_sum.SlidingSum`,
+    O(1) per pod) and then the pods. A round costs O(pods), not O(pods x samples held). A ``window``
+    whose range is not the one the last ``record`` kept (an earlier ``now``, a shorter ``time_window``)
+    sums the steps of that range instead, O(samples held) for the pods concerned.
     """
 
     def __init__(self, time_window: float, stale_after: float) -> None:
@@ -199,84 +264,59 @@ class WindowAggregator:
             raise ValueError(f"time_window ({time_window}) and stale_after ({stale_after}) must be > 0")
         self.time_window = time_window
         self.stale_after = stale_after
-        self._samples: dict[str, list[tuple[float, PodSample]]] = {}
+        self._pods: dict[str, _PodHistory] = {}
 
     @property
     def pods(self) -> list[str]:
         """Pods with samples still held."""
-        return sorted(self._samples)
+        return sorted(self._pods)
 
     def record(self, now: float, snapshot: Snapshot) -> None:
-        """Adds one round's samples; older rounds outside the window are dropped here."""
+        """Adds one round's samples; what leaves the window is dropped here."""
         for pod, sample in snapshot.items():
-            history = self._samples.setdefault(pod, [])
-            if history and history[-1][0] > now:
+            history = self._pods.get(pod)
+            if history is None:
+                history = self._pods[pod] = _PodHistory()
+            elif history.samples and history.samples[-1][0] > now:
                 continue  # time never runs backwards for one pod; a late duplicate is dropped
-            history.append((now, sample))
-        self._prune(now)
-
-    def _prune(self, now: float) -> None:
+            history.add(now, sample)
         start = now - self.time_window
-        for pod in list(self._samples):
-            history = self._samples[pod]
-            # Keep the newest sample at or before the window start: it is the baseline of the window.
-            first = max((i for i, (t, _) in enumerate(history) if t <= start), default=0)
-            del history[:first]
-            if history[-1][0] < start:
-                del self._samples[pod]  # gone for a whole window: nothing of it is left to count
+        for pod in [p for p, history in self._pods.items() if not history.prune(start)]:
+            del self._pods[pod]  # gone for a whole window: nothing of it is left to count
 
     def window(self, now: float) -> WindowStats:
         """Statistics of what finished in ``(now - time_window, now]``, and current gauges."""
         start = now - self.time_window
-        deltas: dict[str, _Delta] = {}
-        gauge_values: dict[str, list[float]] = {}
+        deltas: dict[str, list[Delta]] = {}
         counters: dict[str, float] = {}
+        gauge_values: dict[str, list[float]] = {}
         fresh = 0
         earliest = now
-        for history in self._samples.values():
-            usable = [(t, s) for t, s in history if t <= now]
-            if not usable:
+        for history in self._pods.values():
+            first, last = history.usable(now, start)
+            if last < 0:
                 continue
-            first = max((i for i, (t, _) in enumerate(usable) if t <= start), default=0)
-            usable = usable[first:]
-            if len(usable) > 1:
-                earliest = min(earliest, max(usable[0][0], start))
-            for name in LATENCY_HISTOGRAMS:
-                delta = self._pod_delta(usable, name)
+            samples = history.samples
+            if last > first:
+                earliest = min(earliest, max(samples[first][0], start))
+            whole = first == 0 and last == len(samples) - 1
+            from_seq, to_seq = samples[first][1], samples[last][1]
+            for name, sliding in history.histograms.items():
+                delta = sliding.total() if whole else _range_sum(sliding, combine, from_seq, to_seq)
                 if delta is not None:
-                    deltas.setdefault(name, _Delta()).merge(delta)
-            for name in COUNTERS:
-                increase = _counter_increase(usable, name)
+                    deltas.setdefault(name, []).append(delta)
+            for name, counter in history.counters.items():
+                increase = counter.total() if whole else _range_sum(counter, add, from_seq, to_seq)
                 if increase is not None:
                     counters[name] = counters.get(name, 0.0) + increase
-            latest_t, latest = usable[-1]
+            latest_t, _, gauges = samples[last]
             if now - latest_t <= self.stale_after:
                 fresh += 1
-                for name, value in latest.gauges.items():
-                    if math.isfinite(value):
-                        gauge_values.setdefault(name, []).append(value)
-        latencies = {name: latency_stats(d.buckets.items(), d.sum, d.count) for name, d in deltas.items()}
-        gauges = {
+                for name, value in gauges.items():
+                    gauge_values.setdefault(name, []).append(value)
+        latencies = {name: latency_stats(*merge_pods(pods)) for name, pods in deltas.items()}
+        gauges_now = {
             name: (sum(values) / len(values) if name == "kv_usage" else sum(values))
             for name, values in gauge_values.items()
         }
-        return WindowStats(latencies=latencies, gauges=gauges, pods=fresh, span=now - earliest, counters=counters)
-
-    @staticmethod
-    def _pod_delta(history: list[tuple[float, PodSample]], name: str) -> _Delta | None:
-        points = [s.histograms[name] for _, s in history if name in s.histograms]
-        points = [h for h in points if h.is_finite()]
-        if len(points) < 2:
-            return None  # a single sample is only a baseline
-        delta = _Delta()
-        for before, after in zip(points, points[1:], strict=False):
-            delta.add_step(before, after)
-        return delta
-
-
-def _counter_increase(history: list[tuple[float, PodSample]], name: str) -> float | None:
-    """A counter's increase over one pod's samples; a smaller value is a restart (counted from 0)."""
-    points = [v for _, sample in history if math.isfinite(v := sample.counters.get(name, math.nan))]
-    if len(points) < 2:
-        return None
-    return sum(b - a if b >= a else b for a, b in zip(points, points[1:], strict=False))
+        return WindowStats(latencies=latencies, gauges=gauges_now, pods=fresh, span=now - earliest, counters=counters)

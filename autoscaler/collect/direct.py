@@ -1,27 +1,27 @@
 """Direct scrape: reads each Triton pod's ``/metrics`` and aggregates the window in-process.
 
 This module owns finding the pods (static ``host:port`` targets, or the ready and serving endpoints
-of a Service's EndpointSlices through the official ``kubernetes`` client) and scraping them
-concurrently with httpx. The windowed arithmetic is :mod:`autoscaler.aggregate`'s.
+of a Service's EndpointSlices through the official ``kubernetes`` client) and putting the round
+together: :mod:`autoscaler.collect.scrape` fetches the pages (bounded concurrency, one deadline),
+:mod:`autoscaler.collect.exposition` parses them, :mod:`autoscaler.aggregate` keeps the windows.
 
-Rules: a pod that fails to answer is left out of the round (it goes stale in the aggregator) and
-reported through ``on_error``; if every pod fails, :class:`~autoscaler.collect.SourceError` is
-raised. A Service with no endpoints is no data, not an error (it may be scaled to zero). One round
-(one ``now``) scrapes each pod once, however many models are read from it.
+Rules: a pod that fails to answer within ``timeout`` is left out of the round (it goes stale in the
+aggregator) and reported through ``on_error``; if every pod fails, :class:`~autoscaler.collect.SourceError`
+is raised. A Service with no endpoints is no data, not an error (it may be scaled to zero). One
+round (one ``now``) scrapes each pod once, however many models are read from it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-import httpx
 from kubernetes import client as k8s
 
 from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
 from autoscaler.collect.exposition import ExpositionError, parse_exposition
+from autoscaler.collect.scrape import Scraper
 from autoscaler.kube import KubeError, call
 
 SERVICE_LABEL = "kubernetes.io/service-name"
@@ -104,38 +104,23 @@ class DirectSource:
         timeout: float,
         stale_after: float,
         on_error: ErrorCallback = ignore_error,
-        http: httpx.Client | None = None,
+        scraper: Scraper | None = None,
     ) -> None:
         self._lister = lister
-        self._timeout = timeout
         self._stale_after = stale_after
         self._on_error = on_error
-        self._http = http or httpx.Client(timeout=timeout)
-        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="scrape")
+        self._scraper = scraper or Scraper(timeout)
         self._round: tuple[float, dict[str, str], list[str]] | None = None
         self._aggregators: dict[str, WindowAggregator] = {}
-
-    def _scrape_one(self, url: str) -> str:
-        response = self._http.get(url, timeout=self._timeout)
-        response.raise_for_status()
-        return response.text
 
     def _scrape(self, now: float) -> tuple[dict[str, str], list[str]]:
         if self._round is not None and self._round[0] == now:
             return self._round[1], self._round[2]
-        targets = self._lister.targets()
-        futures = {pod: self._pool.submit(self._scrape_one, url) for pod, url in targets.items()}
-        texts: dict[str, str] = {}
-        errors: list[str] = []
-        for pod, future in futures.items():
-            try:
-                texts[pod] = future.result()
-            except httpx.HTTPError as e:
-                message = f"scrape of {targets[pod]} failed: {type(e).__name__}: {e}"
-                errors.append(message)
-                self._on_error(pod, message)
-        self._round = (now, texts, errors)
-        return texts, errors
+        result = self._scraper.scrape(self._lister.targets())
+        for pod, message in result.errors.items():
+            self._on_error(pod, message)
+        self._round = (now, result.texts, list(result.errors.values()))
+        return result.texts, list(result.errors.values())
 
     def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
         texts, errors = self._scrape(now)
@@ -160,5 +145,4 @@ class DirectSource:
         self._aggregators.pop(model_id, None)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        self._http.close()
+        self._scraper.close()

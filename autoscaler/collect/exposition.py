@@ -10,17 +10,23 @@ aggregator and the policies use, and the rules for series that do not fit one-to
 - Histogram buckets are matched on their ``le`` label (``+Inf`` included), merged over versions.
 - A NaN or Inf sample is passed on as is; the aggregator ignores it (see :mod:`autoscaler.aggregate`).
 
-Parsing uses prometheus-client's parser; malformed text raises :class:`ExpositionError`.
+Only the lines of the families read here are parsed: a Triton pod's scrape is mostly Triton's own
+``nv_*`` families and the model's other ones, and a fleet's worth of them must parse in a fraction of
+the loop interval (``benchmarks/fleet_round.md`` measures it against prometheus-client's parser).
+A line is kept when it starts with a wanted sample name (``# HELP`` and ``# TYPE`` lines are not
+needed); its labels are parsed once per distinct label set and remembered, since every pod and
+every round repeats the same ones. A kept line that is not exposition format raises
+:class:`ExpositionError`; the lines of other families are not read, so they cannot.
 """
 
 from __future__ import annotations
 
+import math
+import os
+import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final
-
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 
 from autoscaler.aggregate import Histogram, PodSample
 
@@ -43,48 +49,138 @@ COUNTER_SAMPLES: Final[dict[str, str]] = {
     "nlg_generation_tokens_total": "generation_tokens",
     "nlg_requests_finished_total": "finished",
 }
-# A typed counter's family drops ``_total``; an untyped one keeps it.
-_COUNTER_FAMILIES: Final = {n.removesuffix("_total") for n in COUNTER_SAMPLES} | set(COUNTER_SAMPLES)
 _AVERAGED: Final = {"kv_usage"}
+#: Sample name -> (kind, short name): what :func:`parse_exposition` reads.
+_WANTED: Final[dict[str, tuple[str, str]]] = {
+    **{f"{family}_{part}": (part, short) for family, short in HISTOGRAM_FAMILIES.items()
+       for part in ("bucket", "sum", "count")},
+    **{family: ("gauge", short) for family, short in GAUGE_FAMILIES.items()},
+    **{sample: ("counter", short) for sample, short in COUNTER_SAMPLES.items()},
+}  # fmt: skip
+_LABEL: Final = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
+_ESCAPE: Final = re.compile(r"\\(.)")
+_UNESCAPED: Final = {"n": "\n", "\\": "\\", '"': '"'}
 
 
 class ExpositionError(ValueError):
     """The text is not Prometheus exposition format."""
 
 
-def _families(text: str) -> list[Metric]:
+def _labels(text: str) -> dict[str, str]:
+    """The label pairs of ``name{...}``, between the braces."""
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if match is None:
+            raise ExpositionError(f"bad labels {{{text[:200]}}}")
+        name, raw = match.group(1), match.group(2)
+        labels[name] = _ESCAPE.sub(lambda m: _UNESCAPED.get(m.group(1), "\\" + m.group(1)), raw) if "\\" in raw else raw
+        pos = match.end()
+    return labels
+
+
+def _value(tail: str, line: str) -> float:
+    """The sample value of what follows ``}``: a number, maybe a timestamp after it."""
+    parts = tail.split()
     try:
-        return list(text_string_to_metric_families(text))
-    except (ValueError, TypeError, IndexError) as e:
-        raise ExpositionError(f"not Prometheus text format: {e}") from e
+        if len(parts) == 2:
+            int(parts[1])
+            return float(parts[0])
+    except ValueError:
+        pass
+    raise ExpositionError(f"not Prometheus text format: {line[:200]!r}")
+
+
+#: What one series is to a reader: (kind, short name, bucket bound or NaN), or None (not read).
+_Series = tuple[str, str, float] | None
+_UNKNOWN: Final = ("", "", math.nan)
+#: Distinct series a reader remembers per model, and models; past these it starts afresh.
+_MAX_SERIES: Final = 4096
+_MAX_MODELS: Final = 64
+
+
+class _SeriesReader:
+    """Reads the samples of the families in ``names`` (sample name -> (kind, short name)) and
+    remembers what each series of a model is (keyed by the line's text up to its last ``}``)."""
+
+    def __init__(self, names: dict[str, tuple[str, str]]) -> None:
+        self._names = names
+        # One prefix test is cheaper than one per name; the names that merely share it are told
+        # apart by the series cache below.
+        self._prefix = os.path.commonprefix(list(names))
+        self._known: dict[str, dict[str, _Series]] = {}
+
+    def samples(self, text: str, model_id: str) -> Iterator[tuple[str, str, float, float]]:
+        """``(kind, short name, bucket bound or NaN, value)`` of each sample of ``model_id``."""
+        known = self._known.get(model_id)
+        if known is None or len(known) > _MAX_SERIES:
+            if len(self._known) >= _MAX_MODELS:
+                self._known.clear()
+            known = self._known[model_id] = {}
+        for line in text.splitlines():
+            if not line.startswith(self._prefix) or line.startswith("#"):
+                continue
+            head, brace, tail = line.rpartition("}")
+            if not brace:
+                name, brace, _ = line.partition("{")
+                if brace and name in self._names:
+                    raise ExpositionError(f"not Prometheus text format: {line[:200]!r}")
+                continue  # no labels, so no model label: not the scaled model's
+            series = known.get(head, _UNKNOWN)
+            if series is _UNKNOWN:
+                series = known[head] = self._series(head, model_id)
+            if series is None:
+                continue
+            try:
+                value = float(tail)
+            except ValueError:
+                value = _value(tail, line)
+            yield series[0], series[1], series[2], value
+
+    def _series(self, head: str, model_id: str) -> _Series:
+        name, brace, labels_text = head.partition("{")
+        if not brace:
+            raise ExpositionError(f"not Prometheus text format: {head[:200]!r}")
+        wanted = self._names.get(name)
+        if wanted is None:
+            return None  # a longer name that starts like a wanted one
+        labels = _labels(labels_text)
+        if labels.get("model") != model_id:
+            return None
+        kind, short = wanted
+        if kind != "bucket":
+            return kind, short, math.nan
+        le = labels.get("le")
+        if le is None:
+            return None
+        try:
+            return kind, short, float(le)
+        except ValueError:
+            raise ExpositionError(f"bucket bound le={le!r} is not a number in {head[:200]!r}") from None
+
+
+_READER: Final = _SeriesReader(_WANTED)
 
 
 def parse_exposition(text: str, model_id: str) -> PodSample:
-    """The histograms and gauges of ``model_id`` in one scrape; families absent stay absent."""
+    """The histograms, gauges and counters of ``model_id`` in one scrape; families absent stay absent."""
     buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
     sums: dict[str, float] = defaultdict(float)
     counts: dict[str, float] = defaultdict(float)
     gauges: dict[str, list[float]] = defaultdict(list)
     counters: dict[str, float] = defaultdict(float)
-    for family in _families(text):
-        hist_name = HISTOGRAM_FAMILIES.get(family.name)
-        gauge_name = GAUGE_FAMILIES.get(family.name)
-        if hist_name is None and gauge_name is None and family.name not in _COUNTER_FAMILIES:
-            continue
-        for sample in family.samples:
-            if sample.labels.get("model") != model_id:
-                continue
-            if sample.name in COUNTER_SAMPLES:
-                counters[COUNTER_SAMPLES[sample.name]] += float(sample.value)
-            elif gauge_name is not None:
-                gauges[gauge_name].append(float(sample.value))
-            elif hist_name is not None:
-                if sample.name.endswith("_bucket") and "le" in sample.labels:
-                    buckets[hist_name][float(sample.labels["le"])] += float(sample.value)
-                elif sample.name.endswith("_sum"):
-                    sums[hist_name] += float(sample.value)
-                elif sample.name.endswith("_count"):
-                    counts[hist_name] += float(sample.value)
+    for kind, name, bound, value in _READER.samples(text, model_id):
+        if kind == "bucket":
+            buckets[name][bound] += value
+        elif kind == "sum":
+            sums[name] += value
+        elif kind == "count":
+            counts[name] += value
+        elif kind == "gauge":
+            gauges[name].append(value)
+        else:
+            counters[name] += value
     histograms = {
         name: Histogram(tuple(sorted(per_le.items())), sums[name], counts[name])
         for name, per_le in buckets.items()
@@ -95,14 +191,10 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
 
 
 def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:
-    """Each named family's samples for ``model_id`` summed (all versions and instances), in one parse;
+    """Each named gauge's samples for ``model_id`` summed (all versions and instances), in one pass;
     a family with no sample for the model is left out."""
-    wanted = set(family_names)
+    reader = _SeriesReader({name: ("gauge", name) for name in family_names})
     totals: dict[str, float] = {}
-    for family in _families(text):
-        if family.name not in wanted:
-            continue
-        for sample in family.samples:
-            if sample.labels.get("model") == model_id:
-                totals[family.name] = totals.get(family.name, 0.0) + float(sample.value)
+    for _, name, _, value in reader.samples(text, model_id):
+        totals[name] = totals.get(name, 0.0) + value
     return totals

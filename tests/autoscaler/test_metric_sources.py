@@ -126,25 +126,6 @@ def test_direct_scrape_over_http(pods):
         source.close()
 
 
-@pytest.mark.integration
-def test_one_round_scrapes_each_pod_once_for_all_models(pods):
-    hits = []
-
-    def count(request: httpx.Request) -> None:
-        hits.append(str(request.url))
-
-    http = httpx.Client(event_hooks={"request": [count]})
-    source = DirectSource(StaticTargets([pods[0].target]), 2.0, 10.0, http=http)
-    try:
-        source.read(1.0, "gpt2", 60)
-        source.read(1.0, "other-model", 60)
-        assert len(hits) == 1
-        source.read(2.0, "gpt2", 60)
-        assert len(hits) == 2
-    finally:
-        source.close()
-
-
 def prometheus_answering(answers: dict[str, object], status: int = 200) -> PrometheusSource:
     """A PrometheusSource whose HTTP seam answers each query from ``answers`` (default: empty vector)."""
 

@@ -1,11 +1,18 @@
 """Prometheus source: the window statistics of a model from PromQL over Prometheus's HTTP API.
 
 This module owns the queries and the reading of their answers. Histograms come from
-``sum by (le) (increase(<family>_bucket{model="..."}[<window>s]))`` plus ``_sum`` and ``_count``,
+``sum by (le) (increase(<family>_bucket{model="..."}[<window>]))`` plus ``_sum`` and ``_count``,
 reduced to mean and quantiles by :func:`autoscaler.aggregate.latency_stats` (the same arithmetic as
-the direct source); counters from ``sum(increase(<series>{model="..."}[<window>s]))``.
+the direct source); counters from ``sum(increase(<series>{model="..."}[<window>]))``.
 Gauges are summed over pods (``kv_usage`` averaged); ``pods`` counts the pods
 reporting ``nlg_requests_running``. Queries are evaluated at ``now`` (``time=`` parameter).
+
+Recorded series first: the chart's recording rules (``templates/prometheus-rules.yaml``, with
+``monitoring.enabled``) keep each of those increases summed per namespace and model, under the name
+:func:`recorded_name` gives (``namespace_model:<series>:increase<window>``). Each value is read from
+its recorded series when Prometheus has it, so a query costs the same for 10 pods or 10,000; when
+the answer is empty (no rules for this window, or none loaded) the same value is computed from the
+pods' raw series, as above. A recorded value lags by up to one rule evaluation interval.
 
 Rules for odd answers (each has a table test):
 
@@ -21,13 +28,31 @@ Rules for odd answers (each has a table test):
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import httpx
 
 from autoscaler.aggregate import LatencyStats, WindowStats, latency_stats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
 from autoscaler.collect.exposition import COUNTER_SAMPLES, GAUGE_FAMILIES, HISTOGRAM_FAMILIES
+
+#: The series whose increase over the window the recording rules keep (and this source reads).
+RECORDED_SERIES: Final = (
+    *(f"{family}_{part}" for family in HISTOGRAM_FAMILIES for part in ("bucket", "sum", "count")),
+    *COUNTER_SAMPLES,
+)
+
+
+def promql_duration(seconds: float) -> str:
+    """Seconds as a PromQL duration, as the chart writes it: 60 -> ``60s``, 7.5 -> ``7500ms``."""
+    scaled = seconds * 1000
+    ms = max(1, math.floor(scaled) + (scaled - math.floor(scaled) >= 0.5))  # halves up, as sprig's round
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def recorded_name(series: str, window: str) -> str:
+    """The recording rule's name for the increase of ``series`` over ``window`` (a PromQL duration)."""
+    return f"namespace_model:{series}:increase{window}"
 
 
 def _selector(model_id: str) -> str:
@@ -80,16 +105,23 @@ class PrometheusSource:
 
     def scalar(self, promql: str, now: float) -> float | None:
         """One value, ``None`` for an empty vector or NaN/Inf."""
-        result = self.query(promql, now)
-        if not result:
-            return None
-        if len(result) > 1:
-            labels = [r.get("metric", {}) for r in result]
-            raise SourceError(f"{promql!r} returned {len(result)} series where one was expected: {labels}")
-        return _float(result[0].get("value", [None, None])[1])
+        return _one(self.query(promql, now), promql)
+
+    def _increase_vector(self, series: str, selector: str, window: str, now: float) -> list[dict[str, Any]]:
+        """``sum by (le)`` of the increase of ``series``: recorded when Prometheus has it, else raw."""
+        recorded = self.query(f"sum by (le) ({recorded_name(series, window)}{selector})", now)
+        return recorded or self.query(f"sum by (le) (increase({series}{selector}[{window}]))", now)
+
+    def _increase(self, series: str, selector: str, window: str, now: float) -> float | None:
+        """The increase of ``series`` summed over pods: recorded when Prometheus has it, else raw."""
+        recorded = f"sum({recorded_name(series, window)}{selector})"
+        answer = self.query(recorded, now)
+        if answer:
+            return _one(answer, recorded)
+        return self.scalar(f"sum(increase({series}{selector}[{window}]))", now)
 
     def _histogram(self, family: str, selector: str, window: str, now: float) -> LatencyStats:
-        rows = self.query(f"sum by (le) (increase({family}_bucket{selector}[{window}]))", now)
+        rows = self._increase_vector(f"{family}_bucket", selector, window, now)
         buckets: list[tuple[float, float]] = []
         for row in rows:
             le = _float_le(row.get("metric", {}).get("le"))
@@ -97,15 +129,15 @@ class PrometheusSource:
             if le is None or value is None:
                 return LatencyStats.empty()
             buckets.append((le, value))
-        total = self.scalar(f"sum(increase({family}_sum{selector}[{window}]))", now)
-        count = self.scalar(f"sum(increase({family}_count{selector}[{window}]))", now)
+        total = self._increase(f"{family}_sum", selector, window, now)
+        count = self._increase(f"{family}_count", selector, window, now)
         if not buckets or total is None or count is None:
             return LatencyStats.empty()
         return latency_stats(buckets, total, count)
 
     def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
         selector = _selector(model_id)
-        window = f"{max(1, round(time_window))}s"
+        window = promql_duration(time_window)
         families = HISTOGRAM_FAMILIES.items()
         latencies = {name: self._histogram(family, selector, window, now) for family, name in families}
         gauges: dict[str, float] = {}
@@ -116,7 +148,7 @@ class PrometheusSource:
                 gauges[name] = value
         counters: dict[str, float] = {}
         for series, name in COUNTER_SAMPLES.items():
-            value = self.scalar(f"sum(increase({series}{selector}[{window}]))", now)
+            value = self._increase(series, selector, window, now)
             if value is not None:
                 counters[name] = value
         pods = self.scalar(f"count(count by (instance) (nlg_requests_running{selector}))", now)
@@ -126,6 +158,16 @@ class PrometheusSource:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _one(result: list[dict[str, Any]], promql: str) -> float | None:
+    """The value of a one-series answer; ``None`` for an empty vector or NaN/Inf."""
+    if not result:
+        return None
+    if len(result) > 1:
+        labels = [r.get("metric", {}) for r in result]
+        raise SourceError(f"{promql!r} returned {len(result)} series where one was expected: {labels}")
+    return _float(result[0].get("value", [None, None])[1])
 
 
 def _float_le(raw: Any) -> float | None:

@@ -11,7 +11,7 @@ from autoscaler_testkit import PodMetrics, PrometheusServer, free_port
 from autoscaler.collect import SourceError
 from autoscaler.collect.direct import DirectSource, StaticTargets, metrics_url
 from autoscaler.collect.exposition import ExpositionError, gauge_totals, parse_exposition
-from autoscaler.collect.promql import PrometheusSource
+from autoscaler.collect.promql import RECORDED_SERIES, PrometheusSource, promql_duration
 
 EXPOSITION = """\
 # TYPE nlg_time_per_output_token_seconds histogram
@@ -234,3 +234,50 @@ def test_promql_source_against_a_real_prometheus(pods, tmp_path):
     counters = window.counters  # increase() extrapolates each alike: the ratios are exact
     assert counters["prompt_tokens"] / counters["finished"] == pytest.approx(100)
     assert counters["generation_tokens"] / counters["finished"] == pytest.approx(10)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "duration"),
+    [(60, "60s"), (7.5, "7500ms"), (0.25, "250ms"), (0.0001, "1ms"), (0.0015, "2ms"), (86400, "86400s")],
+    ids=["whole", "fractional", "sub-second", "below-a-millisecond", "half-up", "a-day"],
+)
+def test_promql_durations_are_written_as_the_chart_writes_them(seconds, duration):
+    assert promql_duration(seconds) == duration
+
+
+def recording_prometheus(answers: dict[str, object], asked: list[str]) -> PrometheusSource:
+    def handle(request: httpx.Request) -> httpx.Response:
+        query = request.url.params["query"]
+        asked.append(query)
+        return httpx.Response(200, json=answers.get(query, vector()))
+
+    return PrometheusSource("http://prometheus:9090", 2.0, http=httpx.Client(transport=httpx.MockTransport(handle)))
+
+
+def test_the_recorded_series_are_read_when_prometheus_has_them():
+    family = "nlg_time_per_output_token_seconds"
+    buckets = {"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"le": "0.02"}, "value": [0, "1"]}, {"metric": {"le": "+Inf"}, "value": [0, "4"]},
+    ]}}  # fmt: skip
+    answers = {
+        f'sum by (le) (namespace_model:{family}_bucket:increase60s{{model="gpt2"}})': buckets,
+        f'sum(namespace_model:{family}_sum:increase60s{{model="gpt2"}})': vector("0.1"),
+        f'sum(namespace_model:{family}_count:increase60s{{model="gpt2"}})': vector("4"),
+        'sum(namespace_model:nlg_requests_finished_total:increase60s{model="gpt2"})': vector("3"),
+    }
+    asked: list[str] = []
+    window = recording_prometheus(answers, asked).read(0.0, "gpt2", 60)
+    assert (window.latency("pertoken").count, window.latency("pertoken").mean) == (4.0, pytest.approx(0.025))
+    assert window.counters == {"finished": 3.0}
+    raw = [q for q in asked if "increase(" in q]
+    assert not any(family in q or "finished" in q for q in raw), raw  # what was recorded was read so
+    assert any("nlg_request_latency_seconds" in q for q in raw)  # the rest fell back to the raw series
+
+
+def test_without_recorded_series_every_value_is_computed_from_the_raw_ones():
+    asked: list[str] = []
+    recording_prometheus({}, asked).read(0.0, "gpt2", 7.5)
+    recorded = [q for q in asked if "namespace_model:" in q]
+    raw = [q for q in asked if "increase(" in q]
+    assert len(recorded) == len(raw) == len(RECORDED_SERIES)  # one query each, recorded then raw
+    assert all("increase7500ms" in q for q in recorded) and all("[7500ms]" in q for q in raw)

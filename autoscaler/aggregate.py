@@ -237,12 +237,12 @@ class _PodHistory:
         return first, last
 
 
-def _range_sum(sliding: SlidingSum[T], add: Callable[[T, T], T], first: int, last: int) -> T | None:
+def _range_sum(sliding: SlidingSum[T], plus: Callable[[T, T], T], first: int, last: int) -> T | None:
     """The steps from sample ``first`` on that end by sample ``last``, oldest first."""
     total: T | None = None
     for start, end, value in sliding.steps():
         if start >= first and end <= last:
-            total = value if total is None else add(total, value)
+            total = value if total is None else plus(total, value)
     return total
 
 

@@ -3,10 +3,12 @@
 Stages, one module each: :mod:`nlgsim.profile` (engine timings, measured by :mod:`nlgsim.profiler`),
 :mod:`nlgsim.workload` (Table 4.2 queries, CSV traces), :mod:`nlgsim.replica` (one continuous-batching
 engine), :mod:`nlgsim.cluster` (pods behind a Service), :mod:`nlgsim.simulator` (the event loop, which
-drives the live autoscaler's ``autoscaler.aggregate`` and ``autoscaler.decide`` with its clock),
-:mod:`nlgsim.results` (SLOs, GPU-seconds, timelines), :mod:`nlgsim.oracle` (the lower bound),
-:mod:`nlgsim.planner` (the project's own policy), :mod:`nlgsim.sweep`, :mod:`nlgsim.plots`,
-:mod:`nlgsim.replay` (the same trace against a real Triton) and :mod:`nlgsim.cli`.
+drives the live autoscaler's control loop, ``autoscaler.loop.Controller``, with its clock),
+:mod:`nlgsim.results` (SLOs, GPU-seconds, timelines), :mod:`nlgsim.feasibility` (what no replica count
+serves), :mod:`nlgsim.oracle` (the lower bounds), :mod:`nlgsim.planner` (the project's own policy),
+:mod:`nlgsim.protocol` and :mod:`nlgsim.protocol_tables` (the report's experiments, one command each),
+:mod:`nlgsim.sweep`, :mod:`nlgsim.plots`, :mod:`nlgsim.replay` (the same trace against a real Triton)
+and :mod:`nlgsim.cli`.
 """
 
 from nlgsim.policy import Policy, hpa_policy

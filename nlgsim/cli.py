@@ -55,7 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
     p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
     _map_lengths(p)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, help="synthetic workloads' seed (default 0; thesis protocol: the first)")
     p.add_argument(
         "--ramp", type=float, default=0.0, help="Table 4.2 workloads: rise to RATE over this many s"
     )
@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a named protocol (seeds or trace windows, its SLO, bounds and policies; docs/simulator.md): "
         "prints the tables of benchmarks/scaling_policies.md",
     )
-    run.add_argument("--seeds", type=int, help="thesis protocol: seeds 0..N-1 (default 10)")
+    run.add_argument("--seeds", type=int, help="thesis protocol: this many seeds from --seed (default 10)")
     run.add_argument("--windows", type=int, help="trace protocol: consecutive windows of the trace (default 4)")
     run.add_argument(
         "--warmup", type=float, default=0.0, help="thesis protocol: seconds of light load before the step"
@@ -174,7 +174,7 @@ def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpe
         profile,
         count=args.count or 2000,
         duration=args.duration,
-        seed=args.seed,
+        seed=args.seed or 0,
         start=args.start,
         speed=args.speed,
         lengths=args.lengths,
@@ -214,6 +214,8 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
     wrong = "--windows" if protocol.replicate == "seed" else "--seeds"
     if (args.windows if protocol.replicate == "seed" else args.seeds) is not None:
         raise ValueError(f"{wrong} does not apply to --protocol {args.protocol} (one run per {protocol.replicate})")
+    if args.seed is not None and protocol.replicate != "seed":
+        raise ValueError(f"--seed does not apply to --protocol {args.protocol}: a trace is replayed as it is")
     if args.warmup and protocol.replicate != "seed":
         raise ValueError(f"--warmup applies to --protocol thesis; the trace protocol warms up {ORACLE_WARMUP_S:g} s")
     return Plan(
@@ -224,6 +226,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         slo=_slo(args, protocol.slo),
         scaler=spec,
         replicates=args.seeds or args.windows or protocol.replicates,
+        first_seed=args.seed or 0,
         count=args.count or protocol.count,
         ramp=args.ramp,
         warmup_s=args.warmup,

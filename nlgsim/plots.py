@@ -228,38 +228,59 @@ def replicas_small_multiples(
     return _save(fig, path)
 
 
+#: Where each family's labels go around its points (offset in points, alignment), so that two
+#: families' points at one place keep their labels apart.
+_LABEL_AT = {
+    "request": ((-4, -11), "right"), "pertoken": ((4, -11), "left"),
+    "planner": ((-4, 5), "right"), "fixed": ((4, 5), "left"),
+}  # fmt: skip
+
+
 def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool = False) -> Path:
-    """Mean attainment against mean GPU-seconds, each family's configurations joined in cost order."""
+    """Mean attainment against mean GPU-seconds, each family's settings joined in cost order: all of
+    them, and beside it the settings near the target, where the comparison is made."""
     from nlgsim.protocol_tables import by_policy, family, stat
 
     runs = by_policy(result)
-    target = float(result.command["slo"]["target"])
-    fig, ax = plt.subplots(figsize=(7.2, 4.6))
-    ys: list[float] = []
-    for fam, colour in FAMILY_COLOURS.items():
+    target = 100 * float(result.command["slo"]["target"])
+    points: dict[str, list[tuple[float, float, str]]] = {}
+    for fam in FAMILY_COLOURS:
         members = [p for p in runs if family(p) == fam]
-        if not members:
-            continue
-        pts = sorted(
+        points[fam] = sorted(
             (stat(runs[p], lambda s: s.gpu_seconds).mean,
              100 * stat(runs[p], lambda s: s.attainment_feasible if feasible else s.attainment).mean, p)
             for p in members
         )  # fmt: skip
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=fam, linewidth=1.2)
-        for x, y, p in pts:
-            head, *opts = p.split()
-            short = " ".join([head.partition(":")[2] or head, *opts])
-            ax.annotate(short, (x, y), fontsize=7, xytext=(4, -9), textcoords="offset points", color=colour)
-        ys += [p[1] for p in pts]
-    ax.axhline(100 * target, color="black", linestyle=":", linewidth=1, label=f"target {100 * target:g}%")
-    if ys:
-        lo = min(ys)
-        ax.set_ylim(lo - 0.08 * (100 - lo) - 0.2, 100 + 0.04 * (100 - lo) + 0.05)
-    ax.set_xlabel("GPU-seconds (mean)")
-    ax.set_ylabel("attainment (%, mean)" + (" over feasible requests" if feasible else ""))
-    ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
-    ax.grid(alpha=0.3)
+    fig, (whole, near) = plt.subplots(1, 2, figsize=(11.0, 4.8))
+    floor = target - 4.0
+    for ax, low in ((whole, -math.inf), (near, floor)):
+        shown = []
+        for fam, pts in points.items():
+            pts = [p for p in pts if p[1] >= low]
+            if not pts:
+                continue
+            colour = FAMILY_COLOURS[fam]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=fam, linewidth=1.2)
+            offset, ha = _LABEL_AT[fam]
+            for x, y, p in pts:
+                head, *opts = p.split()
+                short = " ".join([head.partition(":")[2] or head, *opts])
+                ax.annotate(short, (x, y), fontsize=7, xytext=offset, textcoords="offset points", ha=ha, color=colour)
+            shown += pts
+        ax.axhline(target, color="black", linestyle=":", linewidth=1, label=f"target {target:g}%")
+        if shown:
+            lo = min(p[1] for p in shown)
+            xs = [p[0] for p in shown]
+            pad = 0.08 * (max(xs) - min(xs) or 1.0)
+            ax.set_xlim(min(xs) - pad, max(xs) + pad)
+            ax.set_ylim(lo - 0.08 * (100 - lo) - 0.2, 100 + 0.06 * (100 - lo) + 0.05)
+        ax.set_xlabel("GPU-seconds (mean)")
+        ax.grid(alpha=0.3)
+    whole.set_ylabel("attainment (%, mean)" + (" over feasible requests" if feasible else ""))
+    whole.set_title("every setting", fontsize=9)
+    near.set_title(f"settings at {floor:g}% and above", fontsize=9)
+    whole.legend(fontsize=8, loc="lower right")
+    fig.suptitle(title, fontsize=10)
     return _save(fig, path)
 
 
@@ -291,8 +312,9 @@ def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     left.legend(fontsize=7, loc="lower right")
     right.axvline(100 * target, color="black", linestyle=":", linewidth=1)
     lows = [s.lo for s in atts if math.isfinite(s.lo)]
-    lo = min(lows, default=100 * target)
-    right.set_xlim(min(lo, 100 * target) - 0.05 * (100 - min(lo, 100 * target)) - 0.1, 100.05)
+    lo = min([*lows, 100 * target])
+    span = 100 - lo + 0.1
+    right.set_xlim(lo - 0.05 * span, 100 + 0.03 * span)  # room for the dots at 100%
     right.set_xlabel(f"attainment over feasible requests (%); target {100 * target:g}%")
     left.set_yticks(y, names)
     left.invert_yaxis()
@@ -301,7 +323,8 @@ def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
 
 
 def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
-    """Which figures a result gets: ``summary``, ``replicas`` and (several settings of a family) ``front``.
+    """Which figures a result gets: ``summary``, ``replicas`` (up to 8 policies) and ``front`` (where more
+    than one family runs over several settings).
 
     A trace whose oracle needs the same replicas throughout gets none: every policy's line would be flat.
     """
@@ -309,8 +332,9 @@ def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
 
     runs = by_policy(result)
     if result.protocol == "thesis":
-        several = any(sum(family(p) == f for p in runs) > 1 for f in FAMILY_COLOURS)
-        return ["summary", "replicas", *(["front"] if several else [])]
+        # Families compared over their settings get the front; a panel a policy stays readable up to 8.
+        several = sum(sum(family(p) == f for p in runs) > 1 for f in FAMILY_COLOURS) > 1
+        return ["summary", *(["replicas"] if len(runs) <= 8 else []), *(["front"] if several else [])]
     orc = result.oracle
     return [] if orc is None or max(orc.replicas) == min(orc.replicas) else ["summary", "replicas"]
 
@@ -331,10 +355,11 @@ def protocol_figures(result: ProtocolResult, out: Path, prefix: str, title: str 
 def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     from nlgsim.protocol_tables import by_policy
 
-    first = {r.key.policy: r for r in result.runs if r.key.replicate == 0}
-    end = max(r.summary.end_s for r in first.values()) - result.replicates[0].since
+    rep = result.replicates[0]
+    first = {r.key.policy: r for r in result.runs if r.key.replicate == rep.index}
+    end = max(r.summary.end_s for r in first.values()) - rep.since
     shown = {p: first[p].timeline for p in by_policy(result) if p in first}
-    return replicas_small_multiples(shown, path, f"{title}: seed 0", end)
+    return replicas_small_multiples(shown, path, f"{title}: {rep.label}", end)
 
 
 def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
@@ -363,7 +388,7 @@ def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
 
 
 def _front(result: ProtocolResult, path: Path, title: str) -> Path:
-    return family_front(result, path, f"{title}: each family over its settings", feasible=result.protocol == "trace")
+    return family_front(result, path, title, feasible=result.protocol == "trace")
 
 
 def _summary(result: ProtocolResult, path: Path, title: str) -> Path:

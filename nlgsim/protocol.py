@@ -89,6 +89,8 @@ class Plan:
     slo: SLO
     scaler: ScalerSpec
     replicates: int
+    first_seed: int = 0
+    """thesis: the seeds are ``first_seed`` .. ``first_seed + replicates - 1``."""
     count: int = 2000
     ramp: float = 0.0
     warmup_s: float = 0.0
@@ -139,6 +141,7 @@ class Replicate:
     """One seed or window: where it is measured, and the bounds for that stretch (trace)."""
 
     index: int
+    """The seed, or the window's number."""
     label: str
     since: float
     """The measured window, on the run's clock."""
@@ -329,18 +332,19 @@ def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | Non
     orc_summary = None
     changes: dict[str, int] = {}
     if plan.protocol == "thesis":
-        first = parse_workload(plan.workload, profile, count=plan.count, seed=0, ramp=plan.ramp)
-        workload = first.description + f"; seeds 0-{plan.replicates - 1}" + (
+        seeds = range(plan.first_seed, plan.first_seed + plan.replicates)
+        first = parse_workload(plan.workload, profile, count=plan.count, seed=seeds[0], ramp=plan.ramp)
+        workload = first.description + f"; seeds {seeds[0]}-{seeds[-1]}" + (
             f"; after {plan.warmup_s:g} s of {plan.workload.partition(':')[0]} queries at {plan.warmup_rate} "
             "(measured from the step)" if plan.warmup_s > 0 else ""
         )  # fmt: skip
         reps = []
-        for seed in range(plan.replicates):
+        for seed in seeds:
             reqs = thesis_requests_for(plan, seed)
             n = sum(1 for r in reqs if r.arrival >= plan.warmup_s)
             initial = max(plan.scaler.min_deployment_count, 1)
             reps.append(Replicate(seed, f"seed {seed}", plan.warmup_s, None, initial, n))
-        everything: Sequence[Request] = [r for seed in range(plan.replicates) for r in thesis_requests_for(plan, seed)]
+        everything: Sequence[Request] = [r for seed in seeds for r in thesis_requests_for(plan, seed)]
     else:
         parsed = parse_workload(
             plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths

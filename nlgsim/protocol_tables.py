@@ -46,11 +46,12 @@ class Spread:
             return cls(math.nan, math.nan, math.nan)
         return cls(statistics.fmean(finite), min(finite), max(finite))
 
-    def text(self, fmt: str = ".1f", scale: float = 1.0) -> str:
+    def text(self, fmt: str = ".1f", scale: float = 1.0, unit: str = "") -> str:
+        """``mean (least-most)``, or the mean alone where they agree; ``unit`` follows the mean."""
         if math.isnan(self.mean):
             return "-"
         mean, lo, hi = (format(x * scale, fmt) for x in (self.mean, self.lo, self.hi))
-        return mean if lo == hi else f"{mean} ({lo}-{hi})"
+        return f"{mean}{unit}" if lo == hi else f"{mean}{unit} ({lo}-{hi})"
 
 
 def family(policy: str) -> str:
@@ -76,13 +77,21 @@ def _ratio(a: float, b: float) -> float:
 
 
 def ratio_text(x: float) -> str:
-    return "-" if math.isnan(x) or math.isinf(x) else f"{x:.2f}"
+    """A ratio to two places; ``inf`` where the policy compared acted at once (0 s), ``-`` where undefined."""
+    return "-" if math.isnan(x) else "inf" if math.isinf(x) else f"{x:.2f}"
+
+
+def baseline(result: ProtocolResult) -> str | None:
+    """The thesis's baseline: the request policy at the SLO's request-latency limit (else the first one)."""
+    requests = [p for p in by_policy(result) if family(p) == "request"]
+    at_slo = f"request:{1000 * float(result.command['slo']['request_s']):g}"
+    return at_slo if at_slo in requests else next(iter(requests), None)
 
 
 def thesis_ratios(result: ProtocolResult) -> dict[str, dict[str, float]]:
-    """Per policy, against the first request policy: violations base/this, GPU-s saved, first scale-out base/this."""
+    """Per policy, against :func:`baseline`: violations base/this, GPU-s saved, first scale-out base/this."""
     runs = by_policy(result)
-    base = next((p for p in runs if family(p) == "request"), None)
+    base = baseline(result)
     if base is None:
         return {}
 

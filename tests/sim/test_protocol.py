@@ -160,9 +160,10 @@ def test_one_worker_or_two_give_the_same_numbers(profile_file):
 
 def test_run_protocol_prints_the_tables_of_the_json_it_writes(profile_file, tmp_path, capsys):
     out = tmp_path / "out"
+    policies = ("request:1000", "pertoken:20", "pertoken:30", "planner", "planner:0.8")
     args = ["run", "--protocol", "thesis", "--profile", profile_file, "--workload", "simple:2x", "--count", "200",
-            "--seeds", "2", "--policy", "request:1000", "--policy", "pertoken:20", "--policy", "pertoken:30",
-            "--policy", "planner", "--slo-request-ms", "1000", "--out", str(out)]  # fmt: skip
+            "--seeds", "2", *(a for p in policies for a in ("--policy", p)), "--slo-request-ms", "1000",
+            "--out", str(out)]  # fmt: skip
     assert main(args) == 0
     printed = capsys.readouterr().out
     result = ProtocolResult.from_json(json.loads((out / "protocol.json").read_text()))
@@ -171,6 +172,7 @@ def test_run_protocol_prints_the_tables_of_the_json_it_writes(profile_file, tmp_
     for table in shown:
         assert table in printed
     assert "| pertoken:20" in shown[0] and "first scale-out" in shown[1]
+    # Two families over several settings: the front beside the summary and the replicas.
     for name in ("summary.png", "replicas.png", "front.png"):
         assert (out / name).stat().st_size > 5000
 

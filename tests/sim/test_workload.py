@@ -18,7 +18,7 @@ from nlgsim.workload import (
     thesis_requests,
 )
 
-TRACES = Path("/work/shared/traces")
+TRACES = Path(__file__).resolve().parents[2] / "benchmarks" / "traces"
 
 
 @pytest.mark.parametrize("query", [SIMPLE, COMPLEX], ids=["simple", "complex"])
@@ -148,7 +148,6 @@ def test_a_csv_without_the_columns_names_the_accepted_names(tmp_path):
         load_trace(path)
 
 
-@pytest.mark.skipif(not TRACES.exists(), reason="needs ../shared/traces")
 def test_azure_trace_window():
     with pytest.raises(ValueError, match="requests do not fit"):
         load_trace(TRACES / "azure2023_code.csv", duration=60)

@@ -12,10 +12,10 @@ This module owns the HTTP side of the direct source and nothing else (no parsing
 - Each target keeps one HTTP/1.1 connection open between rounds; any failure closes it and the next
   round connects afresh.
 
-The client is the standard library's ``http.client``, not httpx as elsewhere in the autoscaler: at
-fleet scale the round's cost is the client's per-request overhead, and httpx's takes more CPU per
-request (``benchmarks/fleet_round.md`` measures both). Nothing here needs what httpx
-adds: no redirects, no proxies (a pod's address is not meant to go through one), no HTTP/2.
+The HTTP is :mod:`autoscaler.collect.http_get`'s, not httpx's as elsewhere in the autoscaler: at
+fleet scale the round's cost is the client's CPU per request (that module says why, and
+``benchmarks/fleet_round.md`` measures the clients). Nothing here needs what httpx adds: no
+redirects, no proxies (a pod's address is not meant to go through one), no HTTP/2.
 
 :meth:`Scraper.scrape` returns what answered and one message per target that did not. The deadline
 is read from ``clock`` (``time.monotonic``): a timeout of the I/O, not a policy's time.
@@ -23,7 +23,6 @@ is read from ``clock`` (``time.monotonic``): a timeout of the I/O, not a policy'
 
 from __future__ import annotations
 
-import http.client
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -32,12 +31,11 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
+from autoscaler.collect.http_get import Connection, HTTPError, StaleConnection
+
 #: Scrapes in flight at most: enough to hide a few slow pods behind the others; more threads only
 #: contend for the interpreter, which parses the answers too.
 CONCURRENCY: Final = 32
-_READ: Final = 1 << 16
-#: What a request on a kept-alive connection that the other side has closed fails with.
-_STALE: Final = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
 
 
 class ScrapeError(Exception):
@@ -64,24 +62,11 @@ class _Target:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{url!r}: not an http(s) URL")
         self.url = url
-        self._https = parts.scheme == "https"
-        self._host, self._port = parts.hostname, parts.port
+        https = parts.scheme == "https"
+        port = parts.port or (443 if https else 80)
+        self._connection = Connection(parts.hostname, port, tls() if https else None)
+        self._host_header = parts.netloc.rpartition("@")[2]
         self._path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        self._tls = tls
-        self._connection: http.client.HTTPConnection | None = None
-
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        if self._connection is None:
-            if self._https:
-                self._connection = http.client.HTTPSConnection(
-                    self._host, self._port, timeout=timeout, context=self._tls()
-                )
-            else:
-                self._connection = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
-        self._connection.timeout = timeout
-        if self._connection.sock is not None:
-            self._connection.sock.settimeout(timeout)
-        return self._connection
 
     def fetch(self, deadline: float, clock: Callable[[], float]) -> str:
         def left() -> float:
@@ -91,51 +76,25 @@ class _Target:
             return remaining
 
         try:
-            reused = self._connection is not None
             try:
-                status, reason, body = self._get(left)
-            except _STALE:
-                if not reused:
-                    raise
-                self.close()  # the pod closed the kept connection since the last round: connect again
-                status, reason, body = self._get(left)
+                response = self._connection.get(self._path, self._host_header, left)
+            except StaleConnection:  # the pod closed the kept connection since the last round
+                response = self._connection.get(self._path, self._host_header, left)
         except TimeoutError:
             self.close()
             raise ScrapeTimeout("no answer in time") from None
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, HTTPError) as e:
             self.close()
             raise ScrapeError(f"{type(e).__name__}: {e}") from None
         except ScrapeError:
             self.close()
             raise
-        if status != 200:
-            raise ScrapeError(f"HTTP {status} {reason}")
-        return body
-
-    def _get(self, left: Callable[[], float]) -> tuple[int, str, str]:
-        """One GET on the kept connection, or on a new one when there is none."""
-        connection = self._connect(left())
-        connection.request("GET", self._path, headers={"Accept": "text/plain"})
-        sock = connection.sock  # the response reads it even after a Connection: close detaches it
-        response = connection.getresponse()
-        chunks = []
-        while True:
-            if sock is not None:
-                sock.settimeout(left())
-            chunk = response.read1(_READ)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        response.close()  # read1 does not mark a Content-Length body as done: the connection waits on it
-        if response.will_close:
-            self.close()
-        charset = response.headers.get_content_charset() or "utf-8"
-        return response.status, response.reason, b"".join(chunks).decode(charset, errors="replace")
+        if response.status != 200:
+            raise ScrapeError(f"HTTP {response.status} {response.reason}")
+        return response.text()
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
+        self._connection.close()
 
 
 class Scraper:

@@ -6,7 +6,8 @@ engine), :mod:`nlgsim.cluster` (pods behind a Service), :mod:`nlgsim.simulator` 
 drives the live autoscaler's control loop, ``autoscaler.loop.Controller``, with its clock),
 :mod:`nlgsim.results` (SLOs, GPU-seconds, timelines), :mod:`nlgsim.feasibility` (what no replica count
 serves), :mod:`nlgsim.oracle` (the lower bounds), :mod:`nlgsim.planner` (the project's own policy),
-:mod:`nlgsim.protocol` and :mod:`nlgsim.protocol_tables` (the report's experiments, one command each),
+:mod:`nlgsim.protocol`, :mod:`nlgsim.protocol_result` and :mod:`nlgsim.protocol_tables` (the report's
+experiments, one command each, their numbers and their tables),
 :mod:`nlgsim.sweep`, :mod:`nlgsim.plots`, :mod:`nlgsim.replay` (the same trace against a real Triton)
 and :mod:`nlgsim.cli`.
 """

@@ -18,12 +18,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from nlgsim.oracle import OracleResult  # noqa: E402
-from nlgsim.results import SLO, Summary, replicas_over_time, request_table  # noqa: E402
+from nlgsim.protocol_tables import Spread, by_policy, family, stat, window_ratios  # noqa: E402
+from nlgsim.results import SLO, replicas_over_time, request_table  # noqa: E402
 from nlgsim.simulator import RunLog  # noqa: E402
 
 if TYPE_CHECKING:
-    from nlgsim.protocol import ProtocolResult
-    from nlgsim.protocol_tables import Spread
+    from nlgsim.protocol_result import ProtocolResult
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -32,24 +32,6 @@ def _save(fig: Figure, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-def bars(summaries: Sequence[Summary], value: str, ylabel: str, title: str, path: Path) -> Path:
-    """One bar per run of ``value`` (``first_scale_s``, ``gpu_seconds`` or a ``violations`` key)."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    names = [s.name for s in summaries]
-    if value in ("first_scale_s", "gpu_seconds"):
-        ys = [getattr(s, value) for s in summaries]
-    else:
-        ys = [s.violations[value] for s in summaries]
-    ys = [0.0 if math.isnan(y) else y for y in ys]
-    ax.bar(names, ys, color=["#888888" if n.startswith("request") else "#3b75af" for n in names])
-    for x, y in enumerate(ys):
-        ax.annotate(f"{y:.0f}", (x, y), ha="center", va="bottom", fontsize=8)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.tick_params(axis="x", labelrotation=20)
-    return _save(fig, path)
 
 
 def replicas(logs: Mapping[str, RunLog], path: Path, title: str, oracle: OracleResult | None = None) -> Path:
@@ -158,7 +140,7 @@ FAMILY_COLOURS = {"request": "#7f7f7f", "pertoken": "#1f77b4", "planner": "#d627
 
 
 def _colour(policy: str) -> str:
-    return FAMILY_COLOURS.get(policy.split()[0].partition(":")[0], "#9467bd")
+    return FAMILY_COLOURS.get(family(policy), "#9467bd")
 
 
 def _spread_bars(ax: Axes, names: Sequence[str], spreads: Sequence[Spread], scale: float = 1.0) -> None:
@@ -175,8 +157,6 @@ def _spread_bars(ax: Axes, names: Sequence[str], spreads: Sequence[Spread], scal
 
 def thesis_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     """Attainment, GPU-seconds and first scale-out per policy: means as bars, seeds' range as lines."""
-    from nlgsim.protocol_tables import by_policy, stat
-
     runs = by_policy(result)
     names = list(runs)
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 0.45 * len(names) + 1.4), sharey=True)
@@ -239,8 +219,6 @@ _LABEL_AT = {
 def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool = False) -> Path:
     """Mean attainment against mean GPU-seconds, each family's settings joined in cost order: all of
     them, and beside it the settings near the target, where the comparison is made."""
-    from nlgsim.protocol_tables import by_policy, family, stat
-
     runs = by_policy(result)
     target = 100 * float(result.command["slo"]["target"])
     points: dict[str, list[tuple[float, float, str]]] = {}
@@ -287,8 +265,6 @@ def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool 
 def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     """Per policy: GPU-seconds over the oracle's and attainment over the feasible requests, window by
     window (dot: mean; line: least to most)."""
-    from nlgsim.protocol_tables import by_policy, stat, window_ratios
-
     runs = by_policy(result)
     names = list(runs)
     target = float(result.command["slo"]["target"])
@@ -328,8 +304,6 @@ def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
 
     A trace whose oracle needs the same replicas throughout gets none: every policy's line would be flat.
     """
-    from nlgsim.protocol_tables import by_policy, family
-
     runs = by_policy(result)
     if result.protocol == "thesis":
         # Families compared over their settings get the front; a panel a policy stays readable up to 8.
@@ -353,8 +327,6 @@ def protocol_figures(result: ProtocolResult, out: Path, prefix: str, title: str 
 
 
 def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
-    from nlgsim.protocol_tables import by_policy
-
     rep = result.replicates[0]
     first = {r.key.policy: r for r in result.runs if r.key.replicate == rep.index}
     end = max(r.summary.end_s for r in first.values()) - rep.since
@@ -364,8 +336,6 @@ def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
 
 def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     """The window whose oracle costs most: the planners and one HPA policy, each beside the oracle."""
-    from nlgsim.protocol_tables import family
-
     orc = result.oracle
     assert orc is not None
     rep = max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)

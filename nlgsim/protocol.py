@@ -30,9 +30,9 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autoscaler.config import ScalerSpec, to_dict
@@ -40,7 +40,8 @@ from nlgsim.experiment import build_policy, parse_workload, planner_config
 from nlgsim.feasibility import feasibility
 from nlgsim.oracle import ORACLE_WARMUP_S, oracle
 from nlgsim.profile import EngineProfile, load_profile
-from nlgsim.results import Summary, summarize
+from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
+from nlgsim.results import summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.slo import SLO
 from nlgsim.workload import Request
@@ -123,101 +124,6 @@ class Plan:
             errors.append("--protocol thesis draws Table 4.2 queries: --workload complex:RATE or simple:RATE")
         if errors:
             raise ValueError("; ".join(errors))
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """One run of a protocol: a policy on one replicate (a seed, or a window of the trace)."""
-
-    policy: str
-    replicate: int
-
-    def text(self) -> str:
-        return f"{self.policy} #{self.replicate}"
-
-
-@dataclass(frozen=True)
-class Replicate:
-    """One seed or window: where it is measured, and the bounds for that stretch (trace)."""
-
-    index: int
-    """The seed, or the window's number."""
-    label: str
-    since: float
-    """The measured window, on the run's clock."""
-    until: float | None
-    initial: int
-    """Replicas when the measured window opens (policies; ``fixed:N`` has N)."""
-    requests: int
-    """Requests arriving in the measured window."""
-    offset: float = 0.0
-    """Where the run's clock starts on the workload's (a trace window: its warm-up's start)."""
-    oracle_gpu_s: float | None = None
-    startup_bound_gpu_s: float | None = None
-
-
-@dataclass(frozen=True)
-class RunResult:
-    key: RunKey
-    summary: Summary
-    timeline: tuple[tuple[float, int], ...] = ()
-    """Pods billed over the measured window: (seconds from its start, pods) at each change."""
-
-
-@dataclass(frozen=True)
-class OracleSummary:
-    """The oracle over the whole trace (intervals from its start), and what it leaves out."""
-
-    interval_s: float
-    replicas: tuple[int, ...]
-    gpu_s: float
-    unattainable: tuple[int, ...]
-    infeasible: int
-    startup_s: float
-    max_replicas: int
-
-
-@dataclass(frozen=True)
-class ProtocolResult:
-    """Numbers only: the plan as run, what the workload was, the bounds and every run's summary."""
-
-    protocol: str
-    command: dict[str, Any]
-    """The plan's settings (JSON), so a result says how it was made."""
-    profile: str
-    workload: str
-    slo: str
-    feasibility: str
-    replicates: tuple[Replicate, ...]
-    runs: tuple[RunResult, ...]
-    oracle: OracleSummary | None = None
-    mapping_changes: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ProtocolResult:
-        runs = tuple(
-            RunResult(
-                RunKey(**r["key"]), Summary(**r["summary"]), tuple((float(t), int(n)) for t, n in r["timeline"])
-            )
-            for r in data["runs"]
-        )
-        orc = data.get("oracle")
-        return cls(
-            protocol=data["protocol"],
-            command=dict(data["command"]),
-            profile=data["profile"],
-            workload=data["workload"],
-            slo=data["slo"],
-            feasibility=data["feasibility"],
-            replicates=tuple(Replicate(**r) for r in data["replicates"]),
-            runs=runs,
-            oracle=None if orc is None else OracleSummary(**{**orc, "replicas": tuple(orc["replicas"]),
-                                                           "unattainable": tuple(orc["unattainable"])}),
-            mapping_changes=dict(data.get("mapping_changes") or {}),
-        )  # fmt: skip
 
 
 # -- the workload of each replicate ------------------------------------------------------------------
@@ -324,60 +230,71 @@ def _run_task(task: tuple[Plan, RunKey, int]) -> RunResult:
 # -- the whole protocol ------------------------------------------------------------------------------
 
 
+def _thesis_replicates(plan: Plan) -> tuple[str, list[Replicate], list[Request]]:
+    """The seeds: the workload's line, one replicate each, and every request (for feasibility)."""
+    profile = _profile(plan.profile)
+    seeds = range(plan.first_seed, plan.first_seed + plan.replicates)
+    first = parse_workload(plan.workload, profile, count=plan.count, seed=seeds[0], ramp=plan.ramp)
+    workload = first.description + f"; seeds {seeds[0]}-{seeds[-1]}" + (
+        f"; after {plan.warmup_s:g} s of {plan.workload.partition(':')[0]} queries at {plan.warmup_rate} "
+        "(measured from the step)" if plan.warmup_s > 0 else ""
+    )  # fmt: skip
+    initial = max(plan.scaler.min_deployment_count, 1)
+    reps = []
+    for seed in seeds:
+        n = sum(1 for r in thesis_requests_for(plan, seed) if r.arrival >= plan.warmup_s)
+        reps.append(Replicate(seed, f"seed {seed}", plan.warmup_s, None, initial, n))
+    return workload, reps, [r for seed in seeds for r in thesis_requests_for(plan, seed)]
+
+
+def _trace_replicates(
+    plan: Plan, say: Callable[[str], None]
+) -> tuple[str, list[Replicate], list[Request], OracleSummary, dict[str, int]]:
+    """The windows, after the oracle over the whole trace: their bounds and opening replicas."""
+    profile = _profile(plan.profile)
+    parsed = parse_workload(
+        plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths
+    )
+    trace = list(_trace_cached(plan))
+    horizon = trace[-1].arrival if trace else 0.0
+    length = window_length(plan, horizon)
+    say(f"oracle over {horizon:.0f} s of {parsed.name}")
+    bound = oracle(
+        profile, trace, plan.slo, min_replicas=max(plan.scaler.min_deployment_count, 1),
+        max_replicas=plan.scaler.max_deployment_count, routing=plan.routing,
+    )  # fmt: skip
+    startup = profile.startup_s if plan.startup_s is None else plan.startup_s
+    summary = OracleSummary(
+        plan.slo.interval_s, bound.replicas, bound.gpu_seconds, bound.unattainable, bound.infeasible, startup,
+        plan.scaler.max_deployment_count,
+    )  # fmt: skip
+    reps = []
+    for i in range(plan.replicates):
+        lo = ORACLE_WARMUP_S + i * length
+        hi = lo + length
+        n = sum(1 for r in trace if lo <= r.arrival < hi)
+        reps.append(Replicate(
+            i, f"window {i}: {lo:.0f}-{hi:.0f} s", ORACLE_WARMUP_S, ORACLE_WARMUP_S + length,
+            bound.replicas[int(lo // plan.slo.interval_s)], n, lo - ORACLE_WARMUP_S,
+            bound.gpu_seconds_since(lo, hi), bound.gpu_seconds_with_startup(startup, lo, hi),
+        ))  # fmt: skip
+    workload = parsed.description + (
+        f"; {plan.replicates} windows of {length:g} s from {ORACLE_WARMUP_S:g} s, each after a "
+        f"{ORACLE_WARMUP_S:g} s warm-up"
+    )
+    return workload, reps, trace, summary, asdict(parsed.changes) if parsed.changes else {}
+
+
 def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | None = None) -> ProtocolResult:
     """Every policy on every replicate; the oracle first where the protocol needs it (trace)."""
     say = progress or (lambda _: None)
     profile = _profile(plan.profile)
-    profile_line = f"{profile.preset} {profile.dtype} on {profile.hardware} ({profile.source})"
-    orc_summary = None
+    orc: OracleSummary | None = None
     changes: dict[str, int] = {}
     if plan.protocol == "thesis":
-        seeds = range(plan.first_seed, plan.first_seed + plan.replicates)
-        first = parse_workload(plan.workload, profile, count=plan.count, seed=seeds[0], ramp=plan.ramp)
-        workload = first.description + f"; seeds {seeds[0]}-{seeds[-1]}" + (
-            f"; after {plan.warmup_s:g} s of {plan.workload.partition(':')[0]} queries at {plan.warmup_rate} "
-            "(measured from the step)" if plan.warmup_s > 0 else ""
-        )  # fmt: skip
-        reps = []
-        for seed in seeds:
-            reqs = thesis_requests_for(plan, seed)
-            n = sum(1 for r in reqs if r.arrival >= plan.warmup_s)
-            initial = max(plan.scaler.min_deployment_count, 1)
-            reps.append(Replicate(seed, f"seed {seed}", plan.warmup_s, None, initial, n))
-        everything: Sequence[Request] = [r for seed in seeds for r in thesis_requests_for(plan, seed)]
+        workload, reps, everything = _thesis_replicates(plan)
     else:
-        parsed = parse_workload(
-            plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths
-        )
-        changes = asdict(parsed.changes) if parsed.changes else {}
-        trace = list(_trace_cached(plan))
-        horizon = trace[-1].arrival if trace else 0.0
-        length = window_length(plan, horizon)
-        say(f"oracle over {horizon:.0f} s of {parsed.name}")
-        bound = oracle(
-            profile, trace, plan.slo, min_replicas=max(plan.scaler.min_deployment_count, 1),
-            max_replicas=plan.scaler.max_deployment_count, routing=plan.routing,
-        )  # fmt: skip
-        startup = profile.startup_s if plan.startup_s is None else plan.startup_s
-        orc_summary = OracleSummary(
-            plan.slo.interval_s, bound.replicas, bound.gpu_seconds, bound.unattainable, bound.infeasible, startup,
-            plan.scaler.max_deployment_count,
-        )  # fmt: skip
-        reps = []
-        for i in range(plan.replicates):
-            lo = ORACLE_WARMUP_S + i * length
-            hi = lo + length
-            n = sum(1 for r in trace if lo <= r.arrival < hi)
-            reps.append(Replicate(
-                i, f"window {i}: {lo:.0f}-{hi:.0f} s", ORACLE_WARMUP_S, ORACLE_WARMUP_S + length,
-                bound.replicas[int(lo // plan.slo.interval_s)], n, lo - ORACLE_WARMUP_S,
-                bound.gpu_seconds_since(lo, hi), bound.gpu_seconds_with_startup(startup, lo, hi),
-            ))  # fmt: skip
-        workload = parsed.description + (
-            f"; {plan.replicates} windows of {length:g} s from {ORACLE_WARMUP_S:g} s, each after a "
-            f"{ORACLE_WARMUP_S:g} s warm-up"
-        )
-        everything = trace
+        workload, reps, everything, orc, changes = _trace_replicates(plan, say)
     tasks = [(plan, RunKey(p, r.index), r.initial) for r in reps for p in plan.policies]
     say(f"{len(tasks)} runs on {workers} worker(s)")
     if workers <= 1:
@@ -388,13 +305,13 @@ def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | Non
     return ProtocolResult(
         protocol=plan.protocol,
         command=plan_json(plan),
-        profile=profile_line,
+        profile=f"{profile.preset} {profile.dtype} on {profile.hardware} ({profile.source})",
         workload=workload,
         slo=plan.slo.statement(),
         feasibility=feasibility(profile, everything, plan.slo).describe(),
         replicates=tuple(reps),
         runs=tuple(runs),
-        oracle=orc_summary,
+        oracle=orc,
         mapping_changes=changes,
     )
 

@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from nlgsim.protocol import ProtocolResult
+from nlgsim.protocol_result import ProtocolResult
 from nlgsim.results import Summary, format_table
 from nlgsim.sweep import pareto_front
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.scaling.experiments import EXPERIMENTS
-from nlgsim.protocol import ProtocolResult
+from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import (
     LEVELS,
     THESIS_CLAIMS,
@@ -286,6 +286,8 @@ def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, A
         "thesis.tuning_seeds": _seeds(tuning.command),
         "thesis.bounds": f"{cmd['scaler']['min_deployment_count']} to {cmd['scaler']['max_deployment_count']}",
         "thesis.slo": step.slo,
+        "thesis.scaler": f"{cmd['scaler']['time_window']:g} s window, tolerance {cmd['scaler']['tolerance']:g}, "
+        f"{cmd['scaler']['stabilization_window']:g} s scale-down stabilization",
         "thesis.cap": f"{t4['saturation_complex']:.2f}",
         "thesis.rel": f"{rate / t4['saturation_complex']:.2f}",
         "thesis.cal_rel": f"{rate / t4cal['saturation_complex']:.2f}",

@@ -22,7 +22,7 @@ from benchmarks.scaling.analysis import profile_table, values
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES
 from benchmarks.scaling.runner import RESULTS, ROOT, profile_numbers
 from nlgsim import plots
-from nlgsim.protocol import ProtocolResult
+from nlgsim.protocol_result import ProtocolResult
 
 TEMPLATE = Path(__file__).with_name("report_template.md")
 REPORT = ROOT / "benchmarks" / "scaling_policies.md"

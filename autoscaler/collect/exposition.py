@@ -21,11 +21,9 @@ every round repeats the same ones. A kept line that is not exposition format rai
 
 from __future__ import annotations
 
-import math
 import os
 import re
-from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from typing import Final
 
 from autoscaler.aggregate import Histogram, PodSample
@@ -92,12 +90,22 @@ def _value(tail: str, line: str) -> float:
     raise ExpositionError(f"not Prometheus text format: {line[:200]!r}")
 
 
-#: What one series is to a reader: (kind, short name, bucket bound or NaN), or None (not read).
+#: What one series is to a reader: (kind, short name, bucket bound or 0), or None (not read).
 _Series = tuple[str, str, float] | None
-_UNKNOWN: Final = ("", "", math.nan)
 #: Distinct series a reader remembers per model, and models; past these it starts afresh.
 _MAX_SERIES: Final = 4096
 _MAX_MODELS: Final = 64
+
+
+class _Known:
+    """What a reader learnt of one model's pages: each line head's slot (-1: not read), and what
+    each slot is. Heads of several versions of one series share its slot."""
+
+    __slots__ = ("heads", "series")
+
+    def __init__(self) -> None:
+        self.heads: dict[str, int] = {}
+        self.series: list[tuple[str, str, float]] = []
 
 
 class _SeriesReader:
@@ -109,15 +117,20 @@ class _SeriesReader:
         # One prefix test is cheaper than one per name; the names that merely share it are told
         # apart by the series cache below.
         self._prefix = os.path.commonprefix(list(names))
-        self._known: dict[str, dict[str, _Series]] = {}
+        self._known: dict[str, _Known] = {}
 
-    def samples(self, text: str, model_id: str) -> Iterator[tuple[str, str, float, float]]:
-        """``(kind, short name, bucket bound or NaN, value)`` of each sample of ``model_id``."""
+    def totals(self, text: str, model_id: str) -> list[tuple[tuple[str, str, float], float, float]]:
+        """Each series of ``model_id`` the page has, as ``(kind, short name, bucket bound or 0)``,
+        with the sum and the number of its samples (series differing only in other labels, such as
+        ``version``, are one), summed in the page's order."""
         known = self._known.get(model_id)
-        if known is None or len(known) > _MAX_SERIES:
+        if known is None or len(known.heads) > _MAX_SERIES:
             if len(self._known) >= _MAX_MODELS:
                 self._known.clear()
-            known = self._known[model_id] = {}
+            known = self._known[model_id] = _Known()
+        heads = known.heads
+        sums = [0.0] * len(known.series)
+        counts = [0] * len(known.series)
         for line in text.splitlines():
             if not line.startswith(self._prefix) or line.startswith("#"):
                 continue
@@ -127,16 +140,29 @@ class _SeriesReader:
                 if brace and name in self._names:
                     raise ExpositionError(f"not Prometheus text format: {line[:200]!r}")
                 continue  # no labels, so no model label: not the scaled model's
-            series = known.get(head, _UNKNOWN)
-            if series is _UNKNOWN:
-                series = known[head] = self._series(head, model_id)
-            if series is None:
+            slot = heads.get(head)
+            if slot is None:
+                slot = heads[head] = self._slot(known, head, model_id)
+                if slot == len(sums):
+                    sums.append(0.0)
+                    counts.append(0)
+            if slot < 0:
                 continue
             try:
                 value = float(tail)
             except ValueError:
                 value = _value(tail, line)
-            yield series[0], series[1], series[2], value
+            sums[slot] += value
+            counts[slot] += 1
+        return [(known.series[i], sums[i], n) for i, n in enumerate(counts) if n]
+
+    def _slot(self, known: _Known, head: str, model_id: str) -> int:
+        series = self._series(head, model_id)
+        if series is None:
+            return -1
+        if series not in known.series:
+            known.series.append(series)
+        return known.series.index(series)
 
     def _series(self, head: str, model_id: str) -> _Series:
         name, brace, labels_text = head.partition("{")
@@ -150,7 +176,7 @@ class _SeriesReader:
             return None
         kind, short = wanted
         if kind != "bucket":
-            return kind, short, math.nan
+            return kind, short, 0.0
         le = labels.get("le")
         if le is None:
             return None
@@ -165,36 +191,32 @@ _READER: Final = _SeriesReader(_WANTED)
 
 def parse_exposition(text: str, model_id: str) -> PodSample:
     """The histograms, gauges and counters of ``model_id`` in one scrape; families absent stay absent."""
-    buckets: dict[str, dict[float, float]] = defaultdict(lambda: defaultdict(float))
-    sums: dict[str, float] = defaultdict(float)
-    counts: dict[str, float] = defaultdict(float)
-    gauges: dict[str, list[float]] = defaultdict(list)
-    counters: dict[str, float] = defaultdict(float)
-    for kind, name, bound, value in _READER.samples(text, model_id):
+    buckets: dict[str, dict[float, float]] = {}
+    sums: dict[str, float] = {}
+    counts: dict[str, float] = {}
+    gauges: dict[str, float] = {}
+    counters: dict[str, float] = {}
+    for (kind, name, bound), total, n in _READER.totals(text, model_id):
         if kind == "bucket":
-            buckets[name][bound] += value
+            buckets.setdefault(name, {})[bound] = total
         elif kind == "sum":
-            sums[name] += value
+            sums[name] = total
         elif kind == "count":
-            counts[name] += value
+            counts[name] = total
         elif kind == "gauge":
-            gauges[name].append(value)
+            gauges[name] = total / n if name in _AVERAGED else total
         else:
-            counters[name] += value
+            counters[name] = total
     histograms = {
-        name: Histogram(tuple(sorted(per_le.items())), sums[name], counts[name])
+        name: Histogram(tuple(sorted(per_le.items())), sums.get(name, 0.0), counts[name])
         for name, per_le in buckets.items()
         if name in counts
     }
-    merged = {name: sum(v) / len(v) if name in _AVERAGED else sum(v) for name, v in gauges.items()}
-    return PodSample(histograms=histograms, gauges=merged, counters=dict(counters))
+    return PodSample(histograms=histograms, gauges=gauges, counters=counters)
 
 
 def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:
     """Each named gauge's samples for ``model_id`` summed (all versions and instances), in one pass;
     a family with no sample for the model is left out."""
     reader = _SeriesReader({name: ("gauge", name) for name in family_names})
-    totals: dict[str, float] = {}
-    for _, name, _, value in reader.samples(text, model_id):
-        totals[name] = totals.get(name, 0.0) + value
-    return totals
+    return {name: total for (_, name, _), total, _ in reader.totals(text, model_id)}

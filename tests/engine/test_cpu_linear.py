@@ -59,3 +59,49 @@ def test_packed_engine_decodes_a_batch_as_generate_does():
     results = run(make_engine(model), {0: [(rid, p, params) for rid, p in prompts.items()]})
     for rid, prompt in prompts.items():
         assert ids_of(results[rid]) == greedy_reference(model, prompt, 20), rid
+
+
+def test_padded_row_counts_cover_every_count_with_few_distinct_values():
+    counts = range(1, 64 + 256 + 1)  # the default max_num_seqs + prefill_chunk_tokens
+    padded = [cpu_linear.padded_rows(n) for n in counts]
+    assert all(0 <= p - n < (8 if n <= 64 else 32) for n, p in zip(counts, padded, strict=True))
+    assert padded == sorted(padded)
+    assert len(set(padded)) == 16
+
+
+MEMORY_PROBE = """
+import ctypes, sys, torch
+from triton_backend.cpu_linear import PackedLinear
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
+libc = ctypes.CDLL("libc.so.6")
+libc.mallinfo2.restype = Info
+linear = PackedLinear(torch.randn(2304, 768), torch.randn(2304), 64)
+def forward(x):
+    if sys.argv[1] == "padded":
+        return linear(x)
+    return torch.ops.mkldnn._linear_pointwise(x, linear.packed, linear.bias, "none", [], "")
+with torch.inference_mode():
+    forward(torch.randn(1, 768))
+    before = libc.mallinfo2().uordblks
+    for rows in range(1, 321):
+        forward(torch.randn(rows, 768))
+    print((libc.mallinfo2().uordblks - before) / 2**20)
+"""
+
+
+def _memory_after_every_row_count(mode: str) -> float:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", MEMORY_PROBE, mode], capture_output=True, text=True, check=True)
+    return float(done.stdout.split()[-1])
+
+
+@pytest.mark.skipif(not hasattr(__import__("ctypes").CDLL(None), "mallinfo2"), reason="needs glibc's mallinfo2")
+def test_padding_keeps_the_primitives_onednn_holds_to_a_few():
+    # One primitive per row count: 320 counts held ~0.5 MB each where each count reaches oneDNN.
+    raw, padded = _memory_after_every_row_count("raw"), _memory_after_every_row_count("padded")
+    assert raw > 60
+    assert padded < raw / 8

@@ -19,6 +19,7 @@ The numbers are in the JSON; the report's prose is :func:`render`'s, from the JS
 from __future__ import annotations
 
 import argparse
+import gc
 import http.client
 import json
 import math
@@ -246,7 +247,9 @@ def reference_pass(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) ->
             reference.record(now, samples)  # the reference's cost is its window: record only keeps samples
             if r < WARMUP:
                 continue
+            gc.collect()  # each of the two starts clean: neither pays for collecting the other's garbage
             got, ours_ms, _ = timed(ours.window, now)
+            gc.collect()
             want, reference_ms, _ = timed(reference.window, now)
             unequal_windows += not equal_windows(got, want)
             parsed, reference_parse_ms, _ = timed(parse_all, texts, reference_parse_exposition)
@@ -355,7 +358,9 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB memory, Python {m['python']}, no GPU; "
         f"the benchmark ran at nice {setup['nice']}, the machine's 1-minute load average just before it was "
-        f"{setup['loadavg_before']} (the fake fleet's process shares the {m['cores']} cores with the autoscaler's). "
+        f"{setup['loadavg_before']}. The fake fleet's process shares the {m['cores']} cores with the benchmark's, at "
+        f"nice {setup['fleet_nice']} so that the pods' own work yields to the autoscaler's, as it would on the pods' "
+        "own machines. "
         f"Measured {data['date']} on {data['code']} with `benchmarks/fleet_round.py` (this report is rendered "
         "from `benchmarks/results/fleet_round.json`).",
         "",
@@ -394,7 +399,9 @@ def render(data: dict[str, Any]) -> str:
         "window) gives every round's samples to both aggregators and every page to both parsers: the "
         "reference aggregator (which reduced every held sample at each `window`) and prometheus-client's text "
         "parser over the whole page (the old `parse_exposition`), kept in `tests/autoscaler/`. Medians, ms; "
-        "the results are compared by the rule of `tests/autoscaler/test_incremental_windows.py`.",
+        "the results are compared by the rule of `tests/autoscaler/test_incremental_windows.py`. Each `window` "
+        "is timed after a full garbage collection, so that neither pays for collecting the other's objects "
+        "(the reference holds every sample of the window).",
         "",
         "| pods | window, reference | window, incremental | ratio | windows unequal "
         "| parse, prometheus-client | parse, line parser | ratio | pages unequal |",

@@ -13,10 +13,10 @@ replaces on a random input, and a module whose packed result differs stays as it
 oneDNN builds a primitive for each row count it is given and keeps up to 1,024 of them (its primitive
 cache, about 0.6 MB each at GPT-2's widths). A served engine's steps have every row count from 1 to
 max_num_seqs + prefill_chunk_tokens, so over hours of traffic the cache filled and the model's memory
-rose by about half a GB (benchmarks/soak.md). Rows are padded up to :func:`padded_rows` instead: a
-few dozen primitives per width, built in the first minutes. Up to 64 rows a projection costs about
-the same at any count (it reads the whole weight once), so padding there is close to free; above,
-the padding is under an eighth of the rows.
+rose by about half a GB (benchmarks/soak.md). Rows are padded up to :func:`padded_rows` instead:
+exact up to `EXACT_ROWS` (batch-1 latency pays nothing), then to one of `STEPS_PER_DOUBLING` counts
+per doubling, so no step computes more than an eighth of padding and a width needs about 50
+primitives for the default settings, built in the first minutes of traffic.
 """
 
 from __future__ import annotations
@@ -37,13 +37,16 @@ def available() -> bool:
     return bool(torch._C._has_mkldnn) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-#: Rows up to here are padded to a multiple of `SMALL_STEP`, more rows to a multiple of `LARGE_STEP`.
-SMALL_ROWS, SMALL_STEP, LARGE_STEP = 64, 8, 32
+EXACT_ROWS = 16
+STEPS_PER_DOUBLING = 8
 
 
 def padded_rows(rows: int) -> int:
-    """The row count oneDNN is given for ``rows`` rows."""
-    step = SMALL_STEP if rows <= SMALL_ROWS else LARGE_STEP
+    """The row count oneDNN is given for ``rows`` rows: ``rows`` up to `EXACT_ROWS`, above it the
+    next multiple of 1/`STEPS_PER_DOUBLING` of the power of two at or below ``rows``."""
+    if rows <= EXACT_ROWS:
+        return rows
+    step = (1 << (rows.bit_length() - 1)) // STEPS_PER_DOUBLING
     return -(-rows // step) * step
 
 

@@ -108,14 +108,16 @@ class Engine:
         return sampled
 
     def _output(self, request: Request, now: float) -> RequestOutput:
-        taken = [seq.take_new() for seq in request.sequences]
+        texts, token_ids, totals, reasons = zip(
+            *[(*seq.take_new(), seq.generated, seq.finish_reason) for seq in request.sequences], strict=True
+        )
         return RequestOutput(
             request_id=request.request_id,
             time=now,
-            texts=tuple(text for text, _ in taken),
-            token_ids=tuple(ids for _, ids in taken),
-            total_tokens=tuple(seq.generated for seq in request.sequences),
-            finish_reasons=tuple(seq.finish_reason for seq in request.sequences),
+            texts=texts,
+            token_ids=token_ids,
+            total_tokens=totals,
+            finish_reasons=reasons,
             num_input_tokens=len(request.prompt_ids),
             finished=request.finished,
             arrival=request.arrival,

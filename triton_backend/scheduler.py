@@ -117,7 +117,8 @@ class Scheduler:
     def schedule(self) -> Schedule:
         schedule = Schedule()
         self._make_room_for_decode(schedule)
-        schedule.decode = [seq for request in self._running() for seq in request.sequences if seq.running]
+        running = RequestStatus.RUNNING
+        schedule.decode = [seq for r in self._admitted if r.status is running for seq in r.sequences if seq.running]
         self._admit(len(schedule.decode))
         self._plan_prefill(schedule)
         schedule.page_copies = [
@@ -140,21 +141,27 @@ class Scheduler:
                 sibling.cached = chunk.end
             if not chunk.request.prefill_targets():
                 chunk.request.move_to(RequestStatus.RUNNING)
-        updated = [r for r in self._admitted if any(seq in sampled for seq in r.sequences)]
-        for request in updated:
+        updated, ended = [], []
+        for request in self._admitted:
+            given, running = False, False
             for seq in request.sequences:
                 token = sampled.get(seq)
-                if token is None:
-                    continue
-                seq.append(token)
-                if seq.finish_reason is not None:
-                    self._cache.release(seq.pages)
-                    prompt = len(request.prompt_ids)
-                    self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
-            if request.choices_ended:
-                request.move_to(RequestStatus.FINISHED)
-                self._admitted.remove(request)
-                del self.requests[request.request_id]
+                if token is not None:
+                    given = True
+                    seq.append(token)
+                    if seq.finish_reason is not None:
+                        self._cache.release(seq.pages)
+                        prompt = len(request.prompt_ids)
+                        self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
+                running = running or seq.finish_reason is None
+            if given:
+                updated.append(request)
+                if not running:
+                    ended.append(request)
+        for request in ended:
+            request.move_to(RequestStatus.FINISHED)
+            self._admitted.remove(request)
+            del self.requests[request.request_id]
         return updated
 
     def make_stats(self) -> EngineStats:
@@ -168,14 +175,11 @@ class Scheduler:
             length_underestimates=self._predictor.underestimates,
         )
 
-    def _running(self) -> list[Request]:
-        return [request for request in self._admitted if request.status is RequestStatus.RUNNING]
-
     def _make_room_for_decode(self, schedule: Schedule) -> None:
         page_size = self._cache.shape.page_size
-        for request in self._running():
+        for request in list(self._admitted):
             if request.status is not RequestStatus.RUNNING:
-                continue  # preempted below, while making room for an earlier one
+                continue  # prefilling, or preempted below while making room for an earlier one
             for seq in request.sequences:
                 if seq.running and seq.position // page_size >= len(seq.pages):
                     if not self._ensure_free_page(schedule, keep=request):

@@ -24,7 +24,7 @@ class RequestStatus(Enum):
 
     @property
     def finished(self) -> bool:
-        return self in (RequestStatus.FINISHED, RequestStatus.FINISHED_ABORTED)
+        return self is RequestStatus.FINISHED or self is RequestStatus.FINISHED_ABORTED
 
 
 #: The moves a request may make; anything else is a scheduler bug, raised where it happens.
@@ -132,11 +132,6 @@ class Request:
             first = self.sequences[0]
             return [(first, len(self.prompt_ids))] if first.cached < len(self.prompt_ids) else []
         return [(s, s.position) for s in self.sequences if s.running and s.cached < s.position]
-
-    @property
-    def choices_ended(self) -> bool:
-        """Every choice has its finish reason."""
-        return all(seq.finish_reason is not None for seq in self.sequences)
 
     @property
     def finished(self) -> bool:

@@ -143,14 +143,20 @@ def _colour(policy: str) -> str:
     return FAMILY_COLOURS.get(family(policy), "#9467bd")
 
 
-def _spread_bars(ax: Axes, names: Sequence[str], spreads: Sequence[Spread], scale: float = 1.0) -> None:
-    """One horizontal bar per policy at its mean, a line from its least to its most."""
+def _spread_bars(
+    ax: Axes, names: Sequence[str], spreads: Sequence[Spread], scale: float = 1.0, missing: str = ""
+) -> None:
+    """One horizontal bar per policy at its mean, a line from its least to its most; where the mean
+    is 0 or missing (``missing`` says what that means) a word stands in for the bar."""
     y = np.arange(len(names))
     means = [s.mean * scale if math.isfinite(s.mean) else 0.0 for s in spreads]
     ax.barh(y, means, color=[_colour(n) for n in names], alpha=0.8, height=0.6)
     for i, s in enumerate(spreads):
         if math.isfinite(s.mean) and s.hi > s.lo:
             ax.plot([s.lo * scale, s.hi * scale], [i, i], color="black", linewidth=1.2)
+        if missing and (not math.isfinite(s.mean) or s.hi == 0):
+            word = "0" if math.isfinite(s.mean) else missing
+            ax.annotate(word, (0, i), xytext=(3, 0), textcoords="offset points", va="center", fontsize=8)
     ax.set_yticks(y, names)
     ax.invert_yaxis()
 
@@ -161,13 +167,13 @@ def thesis_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     names = list(runs)
     fig, axes = plt.subplots(1, 3, figsize=(10.5, 0.45 * len(names) + 1.4), sharey=True)
     panels = [
-        ("attainment (%)", lambda s: s.attainment, 100.0),
-        ("GPU-seconds", lambda s: s.gpu_seconds, 1.0),
-        ("first scale-out (s)", lambda s: s.first_scale_s, 1.0),
+        ("attainment (%)", lambda s: s.attainment, 100.0, ""),
+        ("GPU-seconds", lambda s: s.gpu_seconds, 1.0, ""),
+        ("first scale-out (s)", lambda s: s.first_scale_s, 1.0, "never"),
     ]
-    for ax, (label, value, scale) in zip(axes, panels, strict=True):
+    for ax, (label, value, scale, missing) in zip(axes, panels, strict=True):
         spreads = [stat(runs[n], value) for n in names]
-        _spread_bars(ax, names, spreads, scale)
+        _spread_bars(ax, names, spreads, scale, missing)
         ax.set_xlabel(label)
         finite = [v * scale for s in spreads for v in (s.lo, s.hi) if math.isfinite(v)]
         if finite and label.startswith("attainment"):

@@ -351,6 +351,7 @@ def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> d
         ),
         "families.t4.planner_cheaper": _planner_cheaper(results["thesis-families"]),
         "families.t4cal.planner_cheaper": _planner_cheaper(results["thesis-cal-families"]),
+        "families.t4cal.fixed_cheaper": _fixed_cheaper(results["thesis-cal-families"], 0.99),
     }
     return {f"check:{k}": "true" if v else "false" for k, v in checks.items()}
 
@@ -365,6 +366,13 @@ def _planner_cheaper(result: ProtocolResult, others: tuple[str, ...] = ("request
             if other is not None and (planner is None or planner[1] >= other[1]):
                 return False
     return True
+
+
+def _fixed_cheaper(result: ProtocolResult, level: float) -> bool:
+    """A constant replica count reaches ``level`` for fewer GPU-seconds than any autoscaler's setting."""
+    best = cheapest_at(result, level, feasible=False)
+    fixed = best.get("fixed")
+    return fixed is not None and all(v is None or v[1] > fixed[1] for f, v in best.items() if f != "fixed")
 
 
 def _all_at_cap(result: ProtocolResult) -> bool:

@@ -49,7 +49,7 @@ from nlgsim.simulator import Scenario, simulate
 from nlgsim.workload import LengthMap, Request, load_trace
 
 ROOT = Path(__file__).resolve().parent
-TRACES = ROOT.parent.parent / "shared" / "traces"
+TRACES = ROOT / "traces"  # the committed copies (benchmarks/traces/README.md)
 # Lone calibration requests: (prompt tokens, output tokens), spanning the replayed window's prompts.
 CALIBRATION = ((32, 48), (128, 48), (384, 48))
 # And a batch of them arriving together: serving work grows with the batch (a response per request

@@ -25,26 +25,26 @@ Rules for odd input (each has a table test):
 - Pods whose bucket bounds differ are merged on the union of bounds, each pod's cumulative count
   read at the largest bound it has that is <= the union bound.
 
-Cost: a round is O(pods). Each sample becomes, at ``record``, one step per series (its increase over
-the pod's previous finite sample, :mod:`autoscaler.bucket_deltas`); the steps a window holds are
-summed per pod without subtraction (:mod:`autoscaler.sliding_sum`), and ``window`` adds up the pods.
-Bucket counts and ``_count`` come out exactly as a sum from scratch would give them (they are integers);
-``_sum`` and fractional counters may differ from it in the last bits, being added in another order.
+Cost: a round is O(pods). A window's increase for one pod is the sum of the steps between the
+pod's finite values it holds; a counter or histogram that neither restarts nor goes down in the
+window (almost always) telescopes, so that sum is its last value minus its first, one subtraction
+per series (:mod:`autoscaler.bucket_deltas`). ``record`` notes which steps break the telescoping;
+only windows holding such a step add their steps one by one. Bucket counts and ``_count`` come
+out exactly as the sum of the steps would give them (they are integers); ``_sum`` and fractional
+counters may differ from it in the last bits, subtracted rather than added up.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import add
-from typing import Final, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
-from autoscaler.bucket_deltas import Delta, Point, combine, merge_pods, point, step
-from autoscaler.sliding_sum import SlidingSum
-
-T = TypeVar("T")
+from autoscaler.bucket_deltas import Delta, Point, combine, merge_pods, point, regular, step, telescoped
 
 #: Histogram families (short names) the Triton model emits, see docs/metrics.md.
 LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl")
@@ -163,49 +163,98 @@ def stale_after(interval: float, timeout: float) -> float:
     return 2.5 * interval + timeout
 
 
-class _PodHistory:
-    """One pod's held samples (time, sequence number, finite gauges) and the steps between them.
+P = TypeVar("P")
 
-    The first held sample is the window's baseline (the newest at or before the window start); a
-    step is held while the sample it starts from is. ``points`` and ``counts`` are each series' last
-    finite value, the start of its next step.
+
+class _Kind(Generic[P]):
+    """The arithmetic of one kind of series: whether a step telescopes, the telescoped increase (last
+    value minus first), one step's increase, and the sum of two increases."""
+
+    def __init__(
+        self,
+        regular: Callable[[P, P], bool],
+        telescoped: Callable[[P, P], Any],
+        step: Callable[[P, P], Any],
+        add: Callable[[Any, Any], Any],
+    ) -> None:
+        self.regular, self.telescoped, self.step, self.add = regular, telescoped, step, add
+
+
+def _counter_step(before: float, after: float) -> float:
+    return after - before if after >= before else after  # a smaller value: restarted, counted from 0
+
+
+_HISTOGRAM: Final = _Kind[Point](regular, telescoped, step, combine)
+_COUNTER: Final = _Kind[float](operator.le, lambda first, last: last - first, _counter_step, add)
+
+
+class _Series(Generic[P]):
+    """One pod's held finite values of one series (histogram points, or counter values), oldest
+    first, each with its sample's sequence number and whether the step into it from the one before
+    breaks the telescoping (a restart, a bucket or counter that went down, other bounds). Without a
+    break in a window, the sum of its steps is its last value minus its first."""
+
+    __slots__ = ("breaks", "points")
+
+    def __init__(self) -> None:
+        self.points: deque[tuple[int, P, bool]] = deque()
+        self.breaks = 0
+
+    def add(self, seq: int, value: P, kind: _Kind[P]) -> None:
+        broken = bool(self.points) and not kind.regular(self.points[-1][1], value)
+        self.points.append((seq, value, broken))
+        self.breaks += broken
+
+    def drop_before(self, seq: int) -> None:
+        points = self.points
+        while points and points[0][0] < seq:
+            self.breaks -= points.popleft()[2]
+
+    def increase(self, first: int, last: int, whole: bool, kind: _Kind[P]) -> Any:
+        """The sum of the steps between the values of samples ``first`` to ``last`` (None without two
+        values there); ``whole``: that range holds every value held, as in the usual round."""
+        points = self.points if whole else deque(p for p in self.points if first <= p[0] <= last)
+        if len(points) < 2:
+            return None
+        breaks = self.breaks if whole else sum(broken for _, _, broken in points)
+        if breaks == points[0][2]:  # the step into the first value is outside the range
+            return kind.telescoped(points[0][1], points[-1][1])
+        values = [value for _, value, _ in points]
+        total = kind.step(values[0], values[1])
+        for before, after in zip(values[1:], values[2:], strict=False):
+            total = kind.add(total, kind.step(before, after))
+        return total
+
+
+class _PodHistory:
+    """One pod's held samples (time, sequence number, finite gauges) and its series' held values.
+
+    The first held sample is the window's baseline (the newest at or before the window start); each
+    series' values are held from it on.
     """
 
-    __slots__ = ("counters", "counts", "histograms", "next_seq", "points", "samples")
+    __slots__ = ("counters", "histograms", "next_seq", "samples")
 
     def __init__(self) -> None:
         self.samples: deque[tuple[float, int, dict[str, float]]] = deque()
         self.next_seq = 0
-        self.points: dict[str, tuple[int, Point]] = {}
-        self.histograms: dict[str, SlidingSum[Delta]] = {}
-        self.counts: dict[str, tuple[int, float]] = {}
-        self.counters: dict[str, SlidingSum[float]] = {}
+        self.histograms: dict[str, _Series[Point]] = {}
+        self.counters: dict[str, _Series[float]] = {}
 
     def add(self, now: float, sample: PodSample) -> None:
         seq = self.next_seq
         self.next_seq += 1
-        held_from = self.samples[0][1] if self.samples else seq
         gauges = {name: v for name, v in sample.gauges.items() if math.isfinite(v)}
         self.samples.append((now, seq, gauges))
         for name in LATENCY_HISTOGRAMS:
             histogram = sample.histograms.get(name)
             p = None if histogram is None else point(histogram.buckets, histogram.sum, histogram.count)
-            if p is None:
-                continue
-            before = self.points.get(name)
-            if before is not None and before[0] >= held_from:
-                self.histograms.setdefault(name, SlidingSum(combine)).push(before[0], seq, step(before[1], p))
-            self.points[name] = (seq, p)
+            if p is not None:
+                self.histograms.setdefault(name, _Series()).add(seq, p, _HISTOGRAM)
         for name in COUNTERS:
             value = sample.counters.get(name, math.nan)
-            if not math.isfinite(value):
-                continue
-            last = self.counts.get(name)
-            if last is not None and last[0] >= held_from:
-                # A smaller value is a restart: the new value is what was counted since.
-                increase = value - last[1] if value >= last[1] else value
-                self.counters.setdefault(name, SlidingSum(add)).push(last[0], seq, increase)
-            self.counts[name] = (seq, value)
+            if math.isfinite(value):
+                self.counters.setdefault(name, _Series()).add(seq, value, _COUNTER)
 
     def prune(self, start: float) -> bool:
         """Drops what the window starting at ``start`` no longer needs; False when nothing is left."""
@@ -219,9 +268,9 @@ class _PodHistory:
         if dropped:
             held_from = samples[0][1]
             for histogram in self.histograms.values():
-                histogram.drop_starting_before(held_from)
+                histogram.drop_before(held_from)
             for counter in self.counters.values():
-                counter.drop_starting_before(held_from)
+                counter.drop_before(held_from)
         return True
 
     def usable(self, now: float, start: float) -> tuple[int, int]:
@@ -237,26 +286,17 @@ class _PodHistory:
         return first, last
 
 
-def _range_sum(sliding: SlidingSum[T], plus: Callable[[T, T], T], first: int, last: int) -> T | None:
-    """The steps from sample ``first`` on that end by sample ``last``, oldest first."""
-    total: T | None = None
-    for start, end, value in sliding.steps():
-        if start >= first and end <= last:
-            total = value if total is None else plus(total, value)
-    return total
-
-
 class WindowAggregator:
     """Keeps each pod's samples for ``time_window`` seconds and reduces them to :class:`WindowStats`.
 
     ``stale_after`` (seconds) decides when a pod's gauges stop counting; give it about two scrape
     intervals. ``time_window`` may be changed between calls (a config reload).
 
-    Incremental: ``record`` turns each new sample into one step per series and drops the steps that
-    leave the window; ``window`` adds up each pod's held steps (:class:`~autoscaler.sliding_sum.SlidingSum`,
-    O(1) per pod) and then the pods. A round costs O(pods), not O(pods x samples held). A ``window``
-    whose range is not the one the last ``record`` kept (an earlier ``now``, a shorter ``time_window``)
-    sums the steps of that range instead, O(samples held) for the pods concerned.
+    Incremental: ``record`` adds each pod's new values and drops what left the window; ``window``
+    takes each pod's increase, last value minus first unless a step in the window breaks that, and
+    adds up the pods. A round costs O(pods), not O(pods x samples held). A ``window`` whose range is
+    not the one the last ``record`` kept (an earlier ``now``, a shorter ``time_window``) picks that
+    range's values first, O(samples held) for the pods concerned.
     """
 
     def __init__(self, time_window: float, stale_after: float) -> None:
@@ -301,12 +341,12 @@ class WindowAggregator:
                 earliest = min(earliest, max(samples[first][0], start))
             whole = first == 0 and last == len(samples) - 1
             from_seq, to_seq = samples[first][1], samples[last][1]
-            for name, sliding in history.histograms.items():
-                delta = sliding.total() if whole else _range_sum(sliding, combine, from_seq, to_seq)
+            for name, series in history.histograms.items():
+                delta = series.increase(from_seq, to_seq, whole, _HISTOGRAM)
                 if delta is not None:
                     deltas.setdefault(name, []).append(delta)
             for name, counter in history.counters.items():
-                increase = counter.total() if whole else _range_sum(counter, add, from_seq, to_seq)
+                increase = counter.increase(from_seq, to_seq, whole, _COUNTER)
                 if increase is not None:
                     counters[name] = counters.get(name, 0.0) + increase
             latest_t, _, gauges = samples[last]

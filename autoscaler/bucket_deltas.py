@@ -1,4 +1,5 @@
-"""Increases of cumulative histograms: from one scrape of a pod to the next, summed over steps and pods.
+"""Increases of cumulative histograms: from one scrape of a pod to the next, over runs of scrapes, and
+summed over pods.
 
 Pure arithmetic on plain tuples and lists, no time; :mod:`autoscaler.aggregate` decides which steps a
 window holds and states the rules for odd input, which are implemented here:
@@ -8,6 +9,8 @@ window holds and states the rules for odd input, which are implemented here:
 - A step whose count went down is a restart: its increase is the new histogram itself.
 - Each bucket's increase is ``max(0, after - before)``, ``before`` read at the largest bound of the
   earlier scrape that is <= the bucket's bound (the bounds may differ between scrapes).
+- A run of steps none of which restarts, changes bounds or has a bucket go down increases by its
+  last point minus its first (:func:`regular`, :func:`telescoped`): the steps' sum, telescoped.
 - A sum of steps keeps the increases per set of bounds (a "layout"); a pod's buckets are the union of
   its layouts' bounds, each bound summing the layouts that have it; pods are merged on the union of
   their bounds, each pod read at its largest bound <= the union bound.
@@ -25,8 +28,8 @@ from typing import NamedTuple
 Bounds = tuple[float, ...]
 
 
-# Tuples of floats all through: the garbage collector stops tracking them, so the thousands of steps a
-# fleet's windows hold cost nothing at each collection.
+# Tuples of floats all through: the garbage collector stops tracking them, so the thousands of points
+# a fleet's windows hold cost nothing at each collection.
 
 
 class Point(NamedTuple):
@@ -103,6 +106,17 @@ def step(before: Point | None, after: Point) -> Delta:
             d = c - previous
             increases.append(d if d > 0.0 else 0.0)
     return Delta(after.bounds, tuple(increases), after.total - before.total, after.n - before.n)
+
+
+def regular(before: Point, after: Point) -> bool:
+    """Whether the step's increase is ``after - before`` bucket by bucket: same bounds, no restart,
+    no bucket that went down. A run of such steps adds up to its last point minus its first."""
+    return after.bounds is before.bounds and after.n >= before.n and all(map(operator.le, before.values, after.values))
+
+
+def telescoped(first: Point, last: Point) -> Delta:
+    """The increase over a run of regular steps from ``first`` to ``last``."""
+    return Delta(last.bounds, tuple(map(sub, last.values, first.values)), last.total - first.total, last.n - first.n)
 
 
 def combine(a: Delta, b: Delta) -> Delta:

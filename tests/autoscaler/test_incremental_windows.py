@@ -5,9 +5,9 @@ a time_window changed between rounds.
 
 What must agree exactly: every bucket count, hence every quantile, each ``_count``, the pods, the span
 and the gauges. ``_sum`` and counter increases agree exactly when they are integers (Prometheus's
-bucket counts and token counters are), and within 1e-9 relative otherwise: the incremental sums add
-the same per-step increases, grouped differently (two stacks instead of left to right), so only the
-rounding of the additions differs.
+bucket counts and token counters are), and within 1e-9 relative otherwise: a window without a
+restart takes the last value minus the first where the reference added up the differences between
+consecutive samples, and the two round differently in the last bits.
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ class RandomPod:
                 cumulative[rng.randrange(len(cumulative))] = math.nan
             elif corrupt < 0.05:
                 total = rng.choice([math.nan, INF])
+            elif corrupt < 0.08:
+                count = max(0.0, count - rng.randrange(1, 4))  # _count read before the buckets' update
             pairs = list(zip(self.layout, cumulative, strict=True))
             rng.shuffle(pairs) if rng.random() < 0.05 else None  # unsorted exposition
             histograms[name] = Histogram(tuple(pairs), total, count)

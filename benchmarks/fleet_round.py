@@ -307,7 +307,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             "page_lines_read": read,
             "loadavg_before": round(load_before, 2),
             "nice": os.nice(0),
-        },  # fmt: skip
+            "fleet_nice": fleet_pods.NICE,
+        },
         "results": results,
     }
 

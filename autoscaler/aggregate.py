@@ -250,11 +250,17 @@ class _PodHistory:
             histogram = sample.histograms.get(name)
             p = None if histogram is None else point(histogram.buckets, histogram.sum, histogram.count)
             if p is not None:
-                self.histograms.setdefault(name, _Series()).add(seq, p, _HISTOGRAM)
+                series = self.histograms.get(name)
+                if series is None:
+                    series = self.histograms[name] = _Series()
+                series.add(seq, p, _HISTOGRAM)
         for name in COUNTERS:
             value = sample.counters.get(name, math.nan)
             if math.isfinite(value):
-                self.counters.setdefault(name, _Series()).add(seq, value, _COUNTER)
+                counter = self.counters.get(name)
+                if counter is None:
+                    counter = self.counters[name] = _Series()
+                counter.add(seq, value, _COUNTER)
 
     def prune(self, start: float) -> bool:
         """Drops what the window starting at ``start`` no longer needs; False when nothing is left."""

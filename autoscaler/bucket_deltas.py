@@ -83,10 +83,15 @@ def point(buckets: Sequence[tuple[float, float]], total: float, count: float) ->
         bounds, counts = zip(*sorted(buckets), strict=True)
         bounds, _, has_nan = _interned(bounds)
     values: tuple[float, ...] = counts
-    if has_nan or not (math.isfinite(total) and math.isfinite(count) and all(map(math.isfinite, values))):
+    if has_nan or not (math.isfinite(total) and math.isfinite(count)):
         return None
-    if not (values[0] >= 0.0 and all(map(operator.le, values, values[1:]))):
+    if values[0] >= 0.0 and all(map(operator.le, values, values[1:])):  # the usual: already monotonic,
+        if not math.isfinite(values[-1]):  # so without NaN, and finite if its largest value is
+            return None
+    elif all(map(math.isfinite, values)):
         values = tuple(accumulate(values, max, initial=0.0))[1:]  # a running max from 0
+    else:
+        return None
     return Point(bounds, values, total, count)
 
 

@@ -24,8 +24,6 @@ from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
 from triton_backend.sequence import Request, Sequence
 
-__all__ = ["Engine", "EngineStats"]
-
 
 class Engine:
     def __init__(

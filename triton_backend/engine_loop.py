@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from triton_backend.engine import Engine, EngineStats
+from triton_backend.engine import Engine
+from triton_backend.engine_stats import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
 

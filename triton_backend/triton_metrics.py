@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from triton_backend.engine import EngineStats
+from triton_backend.engine_stats import EngineStats
 from triton_backend.metrics import LATENCY_BUCKETS, TOKEN_BUCKETS, Observations
 from triton_backend.outputs import FinishReason
 from triton_backend.presets import ModelInfo

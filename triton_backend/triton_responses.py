@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from triton_backend.engine import EngineStats
+from triton_backend.engine_stats import EngineStats
 from triton_backend.metrics import Observations, RequestTracker
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.triton_metrics import TritonMetrics

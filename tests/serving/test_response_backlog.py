@@ -14,7 +14,7 @@ from typing import Any
 
 from fake_pb_utils import FakePbUtils
 
-from triton_backend.engine import EngineStats
+from triton_backend.engine_stats import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.presets import ModelInfo
 from triton_backend.triton_metrics import TritonMetrics

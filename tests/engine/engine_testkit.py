@@ -20,7 +20,10 @@ from triton_backend.sampling_params import SamplingParams
 CPU = torch.device("cpu")
 
 
-class FakeClock:
+class TickingClock:
+    """The engine's clock in tests: each reading is 1 ms after the last, so latencies are positive and
+    ordered without sleeping (the autoscaler's FakeClock, by contrast, moves only when told)."""
+
     def __init__(self) -> None:
         self.now = 0.0
 
@@ -46,7 +49,7 @@ def make_engine(
     """The served engine (`engine_on`, as `build_engine` makes it) around a copy of `model`."""
     cache = PagedKVCache(cache_shape(model), pages, device)
     return engine_on(
-        served_copy(model), cache, max_num_seqs, chunk, FakeClock(), cuda_graphs=cuda_graphs, predictor=predictor
+        served_copy(model), cache, max_num_seqs, chunk, TickingClock(), cuda_graphs=cuda_graphs, predictor=predictor
     )
 
 

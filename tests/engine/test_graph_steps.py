@@ -14,7 +14,7 @@ import sys
 
 import pytest
 import torch
-from engine_testkit import FakeClock, ids_of, make_engine, run, tiny_model
+from engine_testkit import TickingClock, ids_of, make_engine, run, tiny_model
 
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache
@@ -184,7 +184,7 @@ def step_path_tokens() -> dict[str, list[list[int]]]:
     cache = PagedKVCache(cache_shape(model := tiny_model()), 64, torch.device("cpu"))
     runner = GPT2Runner(model, cache, pack_cpu=False)  # our kernels stream transformers' own weights
     runner.graphs = GraphSteps(model, cache, runner.scales, 4, 16, capture=False, choices=choices)
-    engine = Engine(runner, token_bytes(), SchedulerConfig(prefill_chunk_tokens=16, max_num_seqs=4), FakeClock())
+    engine = Engine(runner, token_bytes(), SchedulerConfig(prefill_chunk_tokens=16, max_num_seqs=4), TickingClock())
     results = run(engine, ARRIVALS)
     return {name: [ids_of(result, i) for i in range(len(result.final.texts))] for name, result in results.items()}
 

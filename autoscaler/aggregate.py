@@ -54,11 +54,24 @@ COUNTERS: Final[tuple[str, ...]] = ("prompt_tokens", "generation_tokens", "finis
 
 @dataclass(frozen=True)
 class Histogram:
-    """A cumulative histogram: ``buckets`` are ``(upper bound, cumulative count)``, ``+Inf`` last."""
+    """A cumulative histogram: ``buckets`` are ``(upper bound, cumulative count)``, ``+Inf`` last.
+
+    ``columns``: the same buckets as ``(bounds, counts)``, when whoever made the histogram had them
+    so (:meth:`of_columns`; the exposition parser does), sparing the aggregator splitting the pairs
+    again every round. Not part of the value: equality and ``repr`` ignore it.
+    """
 
     buckets: tuple[tuple[float, float], ...]
     sum: float
     count: float
+    columns: tuple[tuple[float, ...], tuple[float, ...]] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of_columns(cls, bounds: tuple[float, ...], counts: tuple[float, ...], total: float, count: float) -> Histogram:
+        """From bounds and their cumulative counts, in the same order; sorted by bound if they are not."""
+        if all(map(operator.lt, bounds, bounds[1:])):
+            return cls(tuple(zip(bounds, counts, strict=True)), total, count, (bounds, counts))
+        return cls(tuple(sorted(zip(bounds, counts, strict=True))), total, count)
 
     def is_finite(self) -> bool:
         values = [self.sum, self.count, *(c for _, c in self.buckets)]
@@ -248,7 +261,9 @@ class _PodHistory:
         self.samples.append((now, seq, gauges))
         for name in LATENCY_HISTOGRAMS:
             histogram = sample.histograms.get(name)
-            p = None if histogram is None else point(histogram.buckets, histogram.sum, histogram.count)
+            if histogram is None:
+                continue
+            p = point(histogram.buckets, histogram.sum, histogram.count, histogram.columns)
             if p is not None:
                 series = self.histograms.get(name)
                 if series is None:

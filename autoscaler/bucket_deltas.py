@@ -73,11 +73,17 @@ def _interned(bounds: Bounds) -> tuple[Bounds, bool, bool]:
     return known
 
 
-def point(buckets: Sequence[tuple[float, float]], total: float, count: float) -> Point | None:
-    """``buckets`` (``(le, cumulative)``) in normal form; ``None`` when anything is NaN or Inf."""
+def point(
+    buckets: Sequence[tuple[float, float]],
+    total: float,
+    count: float,
+    columns: tuple[tuple[float, ...], tuple[float, ...]] | None = None,
+) -> Point | None:
+    """``buckets`` (``(le, cumulative)``, or already split into ``columns``) in normal form; ``None``
+    when anything is NaN or Inf."""
     if not buckets:
         return Point(_interned(())[0], (), total, count) if math.isfinite(total) and math.isfinite(count) else None
-    bounds, counts = zip(*buckets, strict=True)
+    bounds, counts = columns or zip(*buckets, strict=True)
     bounds, ordered, has_nan = _interned(bounds)
     if not ordered:  # unsorted, or a bound twice: sort as pairs
         bounds, counts = zip(*sorted(buckets), strict=True)

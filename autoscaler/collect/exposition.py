@@ -208,7 +208,7 @@ def parse_exposition(text: str, model_id: str) -> PodSample:
         else:
             counters[name] = total
     histograms = {
-        name: Histogram(tuple(sorted(per_le.items())), sums.get(name, 0.0), counts[name])
+        name: Histogram.of_columns(tuple(per_le), tuple(per_le.values()), sums.get(name, 0.0), counts[name])
         for name, per_le in buckets.items()
         if name in counts
     }

@@ -223,3 +223,26 @@ def test_an_empty_snapshot_is_a_round_without_pods():
 def test_rejects_bad_construction():
     with pytest.raises(ValueError, match="must be > 0"):
         WindowAggregator(time_window=0, stale_after=10)
+
+
+@pytest.mark.parametrize(
+    ("bounds", "counts", "sorted_pairs", "kept"),
+    [((0.1, 1.0, INF), (1.0, 2.0, 3.0), ((0.1, 1.0), (1.0, 2.0), (INF, 3.0)), True),
+     ((1.0, 0.1, INF), (2.0, 1.0, 3.0), ((0.1, 1.0), (1.0, 2.0), (INF, 3.0)), False)],
+    ids=["in-order", "out-of-order"],
+)  # fmt: skip
+def test_a_histogram_of_columns_is_the_same_value_and_windows_alike(bounds, counts, sorted_pairs, kept):
+    made = Histogram.of_columns(bounds, counts, 1.5, 3.0)
+    assert made == Histogram(sorted_pairs, 1.5, 3.0)
+    assert (made.columns is not None) == kept
+    windows = []
+    for first, second in (
+        (made, Histogram.of_columns(bounds, tuple(2 * c for c in counts), 3.0, 6.0)),
+        (Histogram(sorted_pairs, 1.5, 3.0), Histogram(tuple((le, 2 * c) for le, c in sorted_pairs), 3.0, 6.0)),
+    ):
+        agg = WindowAggregator(time_window=60, stale_after=10)
+        agg.record(0, {"a": PodSample({"request": first})})
+        agg.record(5, {"a": PodSample({"request": second})})
+        windows.append(agg.window(5).latency("request"))
+    assert windows[0] == windows[1]
+    assert windows[0].count == 3.0

@@ -145,9 +145,17 @@ def load_evidence(
     kv = window.gauges.get("kv_usage", 0.0)
     if kv >= cfg.kv_usage_high:
         evidence.append(f"KV cache {kv:.0%} used")
-    if window.pods > 0 and demand / window.pods > per_replica:
-        evidence.append(f"demand {demand / window.pods:.3g}/s per replica over capacity {per_replica:.3g}/s")
+    serving = serving_replicas(window)
+    if serving > 0 and demand / serving > per_replica:
+        evidence.append(f"demand {demand / serving:.3g}/s per replica over capacity {per_replica:.3g}/s")
     return evidence
+
+
+def serving_replicas(window: WindowStats) -> int:
+    """Replicas reporting: the model instances the pods say they serve, else the pods. With the Triton
+    actuator one pod holds every instance, so counting pods would see one replica whatever the count."""
+    instances = window.gauges.get("instances", 0.0)
+    return round(instances) if instances >= 1 else window.pods
 
 
 def tail_guard(
@@ -195,7 +203,7 @@ def planner_decide(
     want = math.ceil(planned / (per_replica * cfg.headroom)) if planned > 0 else 0
     why = f"demand {demand:.3g}/s, planned {planned:.3g}/s, {per_replica:.3g}/s per replica"
     add, tail = tail_guard(window, cfg, demand, per_replica)
-    if tail and want <= current and window.pods >= current:
+    if tail and want <= current and serving_replicas(window) >= current:
         want = current + 1 if add else want
         why += f"; {tail}"
     stabilized, kept = stabilize(state.proposals, want, current, now, spec.stabilization_window)

@@ -40,6 +40,8 @@ GAUGE_FAMILIES: Final[dict[str, str]] = {
     "nlg_requests_waiting": "waiting",
     "nlg_requests_running": "running",
     "nlg_kv_cache_usage_ratio": "kv_usage",
+    # 1 per model instance: the replicas serving, where one pod holds several (the Triton actuator).
+    "nlg_model_info": "instances",
 }
 #: Triton model counter sample -> the aggregator's counter name (all ``finish_reason`` values summed).
 COUNTER_SAMPLES: Final[dict[str, str]] = {

@@ -6,6 +6,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics, write_profile
@@ -20,7 +21,7 @@ from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.collect.exposition import parse_exposition
 from autoscaler.config import ConfigError, PlannerSpec, RateLimit, ScalerSpec, parse_config, parse_registration
 from autoscaler.loop import Controller
-from autoscaler.planner import PlannerState, planner_config, planner_decide
+from autoscaler.planner import PlannerState, load_evidence, planner_config, planner_decide
 from autoscaler.policy import build_policy
 from autoscaler.profile import load_profile
 from autoscaler.telemetry import Telemetry
@@ -41,6 +42,7 @@ def spec_for(profile_path, **planner) -> ScalerSpec:
 def window(
     started_per_s: float, *, pertoken_p99: float = 0.01, ttft_p99: float = 0.1, waiting: float = 0,
     kv_usage: float = 0.1, pods: int = 1, prompt: float = 32, output: float = 32, span: float = 30,
+    instances: int | None = None,
 ) -> WindowStats:  # fmt: skip
     """A window in which ``started_per_s`` one-choice requests a second started and finished."""
     n = started_per_s * span
@@ -51,6 +53,8 @@ def window(
     }
     counters = {"finished": n, "prompt_tokens": n * prompt, "generation_tokens": n * output}
     gauges = {"waiting": waiting, "running": 1.0, "kv_usage": kv_usage}
+    if instances is not None:
+        gauges["instances"] = instances
     return WindowStats(latencies=stats, gauges=gauges, pods=pods, span=span, counters=counters)
 
 
@@ -176,6 +180,18 @@ def test_counters_are_read_from_exposition_summed_over_finish_reasons():
     assert parse_exposition(generate_latest(pod.registry).decode(), "other").counters == {}
 
 
+def test_instances_are_the_model_info_series_of_the_model_summed():
+    # As tritonserver's /metrics shows the model's info metric: one series per instance, value 1.
+    page = "\n".join(
+        f'nlg_model_info{{model="{model}",version="1",model_instance="{model}_{i}",preset="gpt2",'
+        f'weights="random",dtype="float32",device="cpu"}} 1'
+        for model, count in (("gpt2", 3), ("other", 2))
+        for i in range(count)
+    )
+    assert parse_exposition(page, "gpt2").gauges["instances"] == 3
+    assert "instances" not in parse_exposition(page.replace("nlg_model_info", "nlg_other_info"), "gpt2").gauges
+
+
 @pytest.mark.parametrize(
     ("values", "want"),
     [((10, 30, 60), 50), ((10, 30, 5), 25), ((10,), None), ((10, math.nan, 40), 30)],
@@ -279,6 +295,25 @@ def test_a_tail_over_the_slo_with_requests_waiting_adds_a_pod_then_scales_in(pro
     calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, 400, 5)]
     assert calm[0] == 4  # the stabilization window holds the scale-down
     assert calm[-1] == 1
+
+
+def test_instances_in_one_pod_count_as_replicas_for_the_tail(profile_path):
+    """The Triton actuator: one pod, its instances the replicas. The tail with requests waiting adds
+    a third instance, waits while it loads, then adds a fourth, as it would pods."""
+    p = Planner(spec_for(profile_path), 2)
+    assert p.at(0, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=2)) == 3
+    assert p.at(5, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=2)) == 3  # the third is loading
+    assert p.at(30, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=3)) == 4
+    assert "with load (3 requests waiting)" in p.reasons[-1]
+
+
+def test_demand_per_replica_is_over_the_instances_serving(profile_path):
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    capacity = choices_per_second(cfg.profile, cfg.per_token_target_s, 32, 32, 1)
+    busy = window(2.5 * capacity, pods=1, instances=3)  # under one instance's capacity each
+    assert load_evidence(busy, cfg, 2.5 * capacity, capacity) == []
+    assert load_evidence(replace(busy, gauges={**busy.gauges, "instances": 2}), cfg, 2.5 * capacity, capacity)
 
 
 def test_a_nearly_full_kv_cache_counts_as_load(profile_path):

@@ -38,6 +38,9 @@ TRITON_SCRAPE: Final = Path(__file__).with_name("fleet_round_triton_scrape.txt")
 MODEL: Final = "gpt2"
 HISTOGRAMS: Final = tuple(HISTOGRAM_FAMILIES)
 GAUGES: Final = tuple(GAUGE_FAMILIES)
+#: The gauges a pod's traffic moves; the others the autoscaler reads (one per model instance) keep the
+#: captured page's lines, labels and all.
+LIVE_GAUGES: Final = ("nlg_requests_running", "nlg_requests_waiting", "nlg_kv_cache_usage_ratio")
 COUNTERS: Final = tuple(COUNTER_SAMPLES)
 FINISH_REASONS: Final = ("error", "cancelled", "length", "stop")
 # Triton's per-GPU families (one GPU per pod, as the chart requests), in its format.
@@ -66,7 +69,7 @@ def _family_of(sample: str) -> str | None:
     for part in ("_bucket", "_sum", "_count"):
         if sample.endswith(part) and sample.removesuffix(part) in HISTOGRAMS:
             return sample.removesuffix(part)
-    return sample if sample in GAUGES or sample in COUNTERS else None
+    return sample if sample in LIVE_GAUGES or sample in COUNTERS else None
 
 
 def _template() -> list[tuple[str, str]]:
@@ -108,7 +111,7 @@ class FleetPod:
         self.sums = dict.fromkeys(HISTOGRAMS, 0.0)
         self.prompt_tokens = self.generation_tokens = 0
         self.finished = dict.fromkeys(FINISH_REASONS, 0)
-        self.gauges = {"nlg_requests_running": 0.0, "nlg_requests_waiting": 0.0, "nlg_kv_cache_usage_ratio": 0.0}
+        self.gauges = dict.fromkeys(LIVE_GAUGES, 0.0)
         uuid = f"GPU-{index:08x}-0000-4000-8000-{rng.getrandbits(48):012x}"
         self.gpu = "".join(
             f'# HELP {name} {doc}\n# TYPE {name} gauge\n{name}{{gpu_uuid="{uuid}"}} {rng.random() * 100:.1f}\n'
@@ -151,7 +154,7 @@ class FleetPod:
     def _family(self, name: str) -> str:
         if name in HISTOGRAMS:
             return self._histogram(name)
-        if name in GAUGES:
+        if name in LIVE_GAUGES:
             instance = f'model="{MODEL}",model_instance="{MODEL}_0_0",version="1"'
             return f"{name}{{{instance}}} {self.gauges[name]!r}\n"
         if name == "nlg_requests_finished_total":

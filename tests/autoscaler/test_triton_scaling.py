@@ -90,7 +90,8 @@ def test_direct_scrape_of_a_real_tritonserver(triton):
     assert window.latency("ttft").count == 3
     assert window.latency("itl").count == 3 * 11  # gaps between 12 tokens, per request
     # The model updates its gauges off the token path, so they may still show the last request.
-    assert set(window.gauges) == {"running", "waiting", "kv_usage"}
+    assert set(window.gauges) == {"running", "waiting", "kv_usage", "instances"}
+    assert window.gauges["instances"] == 1
 
 
 def test_prometheus_scraping_a_real_tritonserver(triton, tmp_path):
@@ -112,7 +113,8 @@ def test_prometheus_scraping_a_real_tritonserver(triton, tmp_path):
     assert window.pods == 1
     assert window.latency("pertoken").count > 0
     assert 0 < window.latency("pertoken").mean < 1.0
-    assert set(window.gauges) == {"running", "waiting", "kv_usage"}
+    assert set(window.gauges) == {"running", "waiting", "kv_usage", "instances"}
+    assert window.gauges["instances"] == 1
 
 
 def stream_in_background(load: PoissonLoad, query: QueryType, count: int) -> list[threading.Thread]:

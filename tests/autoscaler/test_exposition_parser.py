@@ -131,7 +131,8 @@ def test_lines_of_other_families_are_not_read_at_all():
     """Where the two parsers differ on purpose: a broken line of a family the policies do not read
     costs nothing and fails nothing (the reference parsed it, and failed the whole scrape)."""
     text = (
-        'nv_gpu_utilization{gpu_uuid="GPU-1" 0.5\nnlg_preemptions_total{model="gpt2" 1\nnlg_requests_waiting{model="gpt2"} 4\n'
+        'nv_gpu_utilization{gpu_uuid="GPU-1" 0.5\nnlg_preemptions_total{model="gpt2" 1\n'
+        'nlg_requests_waiting{model="gpt2"} 4\n'
     )
     with pytest.raises(ExpositionError):
         reference_parse_exposition(text, "gpt2")

@@ -282,3 +282,15 @@ def test_a_pod_whose_last_scrape_still_runs_is_not_asked_again():
             scraper.close()
     assert "no answer within 0.5 s" in first.errors["hung"]
     assert "still running" in second.errors["hung"]
+
+
+@pytest.mark.integration
+def test_an_https_target_that_answers_plain_http_fails_as_a_tls_error():
+    with CountingServer() as pod:
+        scraper = Scraper(2.0)
+        try:
+            result = scraper.scrape({"tls": f"https://{pod.target}/metrics"})
+        finally:
+            scraper.close()
+    assert result.texts == {}
+    assert "SSLError" in result.errors["tls"]

@@ -11,6 +11,8 @@ window holds and states the rules for odd input, which are implemented here:
   earlier scrape that is <= the bucket's bound (the bounds may differ between scrapes).
 - A run of steps none of which restarts, changes bounds or has a bucket go down increases by its
   last point minus its first (:func:`regular`, :func:`telescoped`): the steps' sum, telescoped.
+- A bound listed twice in one histogram (the exposition parser never makes one: it sums a bound's
+  series) is kept as two buckets; the code these windows replaced summed them into one.
 - A sum of steps keeps the increases per set of bounds (a "layout"); a pod's buckets are the union of
   its layouts' bounds, each bound summing the layouts that have it; pods are merged on the union of
   their bounds, each pod read at its largest bound <= the union bound.

@@ -104,7 +104,27 @@ def test_a_pod_that_never_finishes_answering_is_left_out_and_the_others_count(po
     assert list(errors) == [target]
 
 
-class ErrorServer:
+class LoopbackServer:
+    """A test's own HTTP server on a free loopback port, served from a thread until the block ends."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self.target = f"127.0.0.1:{self._server.server_address[1]}"
+        self.url = f"http://{self.target}/metrics"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def __enter__(self) -> LoopbackServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)
+
+
+class ErrorServer(LoopbackServer):
     """Answers every request with 503, as an overloaded pod's proxy might."""
 
     def __init__(self) -> None:
@@ -118,18 +138,7 @@ class ErrorServer:
                 self.end_headers()
                 self.wfile.write(b"overloaded")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.target = f"127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def __enter__(self) -> ErrorServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__(Handler)
 
 
 @pytest.mark.integration
@@ -157,7 +166,7 @@ def test_every_pod_failing_is_a_source_error():
             source.close()
 
 
-class CountingServer:
+class CountingServer(LoopbackServer):
     """A pod's metrics page over HTTP/1.1 keep-alive that counts connections and requests."""
 
     def __init__(self) -> None:
@@ -183,20 +192,7 @@ class CountingServer:
                 self.wfile.write(body)
 
         self.connections = self.requests = 0
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.target = f"127.0.0.1:{self._server.server_address[1]}"
-        self.url = f"http://{self.target}/metrics"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def __enter__(self) -> CountingServer:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        super().__init__(Handler)
 
 
 @pytest.mark.integration

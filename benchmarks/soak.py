@@ -34,8 +34,6 @@ from datetime import date
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
-
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
@@ -286,7 +284,7 @@ def token_rates(samples: list[dict[str, Any]]) -> list[tuple[float, float]]:
 
 
 def request_shape(rng: random.Random, args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    from nlgsim.replay import prompt_text
+    from triton_backend.cli.requests import prompt_of
 
     sampling: dict[str, Any] = {
         "max_tokens": rng.randint(*args.output),
@@ -296,7 +294,7 @@ def request_shape(rng: random.Random, args: argparse.Namespace) -> tuple[str, di
     }
     if rng.random() < 0.25:
         sampling["stop"] = ["\n\n"]  # exercises the detokenizer's hold-back
-    return prompt_text(rng.randint(*args.prompt)), sampling
+    return prompt_of(rng.randint(*args.prompt), rng), sampling
 
 
 class ClosedLoop:
@@ -305,7 +303,6 @@ class ClosedLoop:
     def __init__(self, url: str, streams: int, args: argparse.Namespace) -> None:
         import tritonclient.grpc as grpcclient
 
-        self._grpc = grpcclient
         self._client = grpcclient.InferenceServerClient(url)
         self._events: queue.Queue[tuple[bool, int, str | None]] = queue.Queue()
         self._client.start_stream(callback=self._on_response)
@@ -328,17 +325,10 @@ class ClosedLoop:
         self._events.put((final is not None and final.bool_param, 0 if counts is None else int(counts.sum()), None))
 
     def _send(self) -> None:
+        from triton_backend.cli.requests import generate_inputs
+
         prompt, sampling = request_shape(self._rng, self._args)
-        inputs = []
-        for name, value, dtype in (
-            ("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
-            ("stream", np.array([True]), "BOOL"),
-            ("sampling_parameters", np.array([json.dumps(sampling).encode()], dtype=np.object_), "BYTES"),
-            ("return_num_output_tokens", np.array([True]), "BOOL"),
-        ):
-            tensor = self._grpc.InferInput(name, list(value.shape), dtype)
-            tensor.set_data_from_numpy(value)
-            inputs.append(tensor)
+        inputs = generate_inputs(prompt, sampling, return_num_output_tokens=True)
         self._client.async_stream_infer(
             "gpt2", inputs, request_id=f"soak-{self.sent}", enable_empty_final_response=True
         )

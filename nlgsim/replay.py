@@ -2,8 +2,9 @@
 
 Open loop: each request is sent at its arrival time (relative to the start of the replay), whatever
 is still in flight, over one gRPC stream (tritonclient's decoupled streaming). A prompt of n tokens
-is the word "the" n times (GPT-2 tokenizes it as n tokens; the server's ``num_input_tokens`` checks
-it); each choice generates exactly its output length (``max_tokens`` with ``ignore_eos``).
+is n plain words that GPT-2 tokenizes as one token each, drawn from the request's id (the server's
+``num_input_tokens`` checks it); each choice generates exactly its output length (``max_tokens`` with
+``ignore_eos``).
 
 Measured per request, on the client's clock: the first response carrying text (TTFT), the final
 response (latency), and the tokens generated, so the thesis's per-token latency is latency / tokens
@@ -12,14 +13,12 @@ of the longest choice, as the simulator reports it.
 
 from __future__ import annotations
 
-import json
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from nlgsim.workload import Request
 
@@ -47,18 +46,6 @@ class Measured:
         return self.latency / max(max(self.tokens, default=1), 1)
 
 
-def prompt_text(tokens: int) -> str:
-    return " ".join(["the"] * max(tokens, 1))
-
-
-def _input(name: str, value: np.ndarray[Any, Any], dtype: str) -> Any:
-    import tritonclient.grpc as grpcclient
-
-    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-    tensor.set_data_from_numpy(value)
-    return tensor
-
-
 def replay(
     url: str,
     requests: Sequence[Request],
@@ -69,6 +56,8 @@ def replay(
 ) -> list[Measured]:
     """Send ``requests`` at their arrival times; returns one ``Measured`` each, in the same order."""
     import tritonclient.grpc as grpcclient
+
+    from triton_backend.cli.requests import generate_inputs, prompt_of
 
     measured = {str(r.id): Measured(r) for r in requests}
     done = threading.Event()
@@ -123,21 +112,12 @@ def replay(
                     "ignore_eos": True,
                     "temperature": temperature,
                 }
-                inputs = [
-                    _input(
-                        "text_input",
-                        np.array([prompt_text(r.prompt_tokens).encode()], dtype=np.object_),
-                        "BYTES",
-                    ),
-                    _input("stream", np.array([True]), "BOOL"),
-                    _input(
-                        "sampling_parameters",
-                        np.array([json.dumps(sampling).encode()], dtype=np.object_),
-                        "BYTES",
-                    ),
-                    _input("return_num_output_tokens", np.array([True]), "BOOL"),
-                    _input("return_num_input_tokens", np.array([True]), "BOOL"),
-                ]
+                inputs = generate_inputs(
+                    prompt_of(r.prompt_tokens, random.Random(r.id)),
+                    sampling,
+                    return_num_output_tokens=True,
+                    return_num_input_tokens=True,
+                )
                 m = measured[str(r.id)]
                 m.sent = time.perf_counter()
                 client.async_stream_infer(

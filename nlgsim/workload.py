@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,7 +38,18 @@ class Request:
 
 @dataclass(frozen=True)
 class QueryType:
-    """A row of the thesis's Table 4.2."""
+    """A row of the thesis's Table 4.2 (Cho, 2022), the one definition the simulator and the demo's
+    load both draw from:
+
+    =====================  ======  =======
+    option                 simple  complex
+    =====================  ======  =======
+    tokens in prompt       34      82
+    generated, mean        30      62
+    generated, min / max   10/34   15/64
+    choices (``n``)        1       4
+    =====================  ======  =======
+    """
 
     name: str
     prompt_tokens: int
@@ -55,10 +67,19 @@ class QueryType:
         p from the mean: p = (mean - (min+max)/2) / (max - (min+max)/2).
         """
         mid = (self.gen_min + self.gen_max) / 2
-        return (self.gen_mean - mid) / (self.gen_max - mid)
+        return 1.0 if self.gen_max == self.gen_min else (self.gen_mean - mid) / (self.gen_max - mid)
 
     def mean_tokens(self) -> float:
         return self.gen_mean * self.choices
+
+    def draw_max_tokens(self, rng: random.Random) -> int:
+        """One length for all of a request's choices, drawn by the same rule as a choice's.
+
+        What a live client asks for: a request has one ``max_tokens``, and with ``ignore_eos`` every
+        choice generates exactly that many (a model with random weights never stops on its own).
+        The simulator draws each choice alone, as choices that end at an EOS would.
+        """
+        return self.gen_max if rng.random() < self.p_max else rng.randint(self.gen_min, self.gen_max)
 
 
 SIMPLE = QueryType("simple", prompt_tokens=34, gen_mean=30, gen_min=10, gen_max=34, choices=1)

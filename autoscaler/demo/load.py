@@ -2,19 +2,8 @@
 
 This module owns generating requests and recording what each one saw; it knows nothing of scaling.
 
-Table 4.2 (Cho, 2022):
-
-=====================  ======  =======
-option                 simple  complex
-=====================  ======  =======
-tokens in prompt       34      82
-generated, mean        30      62
-generated, min / max   10/34   15/64
-choices (``n``)        1       4
-=====================  ======  =======
-
-Each request asks for ``max_tokens`` drawn so that the min, mean and max match the table (the max
-with probability p, else uniform between min and max), with ``ignore_eos`` so that a model with
+Each request asks for ``max_tokens`` drawn by :meth:`nlgsim.workload.QueryType.draw_max_tokens` (one
+length for all its choices), with ``ignore_eos`` so that a model with
 random weights generates exactly that many. A request whose stream ends without its final response,
 or with a finish reason other than ``length``, was cut: :attr:`LoadRecord.complete` is False.
 
@@ -29,30 +18,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final
 
+from nlgsim.workload import COMPLEX, SIMPLE, QueryType
 from triton_backend.cli.client import stream_generate
-
-
-@dataclass(frozen=True)
-class QueryType:
-    name: str
-    prompt_tokens: int
-    choices: int
-    min_tokens: int
-    mean_tokens: int
-    max_tokens: int
-
-    def draw_max_tokens(self, rng: random.Random) -> int:
-        """``max`` with probability p, else uniform in [min, max]: mean = p*max + (1-p)*(min+max)/2."""
-        middle = (self.min_tokens + self.max_tokens) / 2
-        p = (self.mean_tokens - middle) / (self.max_tokens - middle)
-        return self.max_tokens if rng.random() < p else rng.randint(self.min_tokens, self.max_tokens)
-
-
-SIMPLE: Final = QueryType("simple", prompt_tokens=34, choices=1, min_tokens=10, mean_tokens=30, max_tokens=34)
-COMPLEX: Final = QueryType("complex", prompt_tokens=82, choices=4, min_tokens=15, mean_tokens=62,
-                           max_tokens=64)  # fmt: skip
+from triton_backend.cli.requests import prompt_of
 
 
 @dataclass(frozen=True)
@@ -70,20 +39,8 @@ def mix_of(complex_fraction: float) -> Mix:
     shares = ((SIMPLE, 1.0 - complex_fraction), (COMPLEX, complex_fraction))
     choices = sum(q.choices * share for q, share in shares)
     prompt = sum(q.prompt_tokens * share for q, share in shares)
-    tokens = sum(q.mean_tokens * q.choices * share for q, share in shares) / choices
+    tokens = sum(q.mean_tokens() * share for q, share in shares) / choices
     return Mix(prompt, tokens, choices)
-
-
-# Common English words that GPT-2's tokenizer keeps as one token each (with the leading space).
-_WORDS: Final = (
-    "the of and to in is for on that with as was at by an be this from or are it not have but "
-    "they one all were we when there can had has more time if will about some out what up into so"
-).split()
-
-
-def prompt_of(tokens: int, rng: random.Random) -> str:
-    """About ``tokens`` GPT-2 tokens of plain words."""
-    return " ".join(rng.choice(_WORDS) for _ in range(tokens))
 
 
 @dataclass
@@ -166,7 +123,7 @@ class PoissonLoad:
     def send(self, query: QueryType, max_tokens: int | None = None) -> LoadRecord:
         """One request outside the Poisson process, waited for (calibration, tests)."""
         record = LoadRecord(
-            query.name, time.monotonic(), max_tokens or query.max_tokens, query.choices,
+            query.name, time.monotonic(), max_tokens or query.gen_max, query.choices,
             prompt_tokens=query.prompt_tokens,
         )  # fmt: skip
         with self._lock:

@@ -30,7 +30,7 @@ from typing import Any
 
 from autoscaler.app import App
 from autoscaler.demo.config import MODEL, demo_config
-from autoscaler.demo.load import COMPLEX, SIMPLE, LoadRecord, PoissonLoad
+from autoscaler.demo.load import LoadRecord, PoissonLoad
 from autoscaler.demo.plot import Round, Signal, plot_run
 from autoscaler.demo.served_profile import (
     SHIPPED,
@@ -41,6 +41,7 @@ from autoscaler.demo.served_profile import (
     served_profile,
 )
 from autoscaler.profile import EngineProfile, load_profile
+from nlgsim.workload import COMPLEX, SIMPLE
 from triton_backend.launch import PROJECT_ROOT, TritonServer
 
 #: Lone requests of each kind timed before the load: the threshold and the serving overhead.

@@ -21,18 +21,19 @@ from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.collect.exposition import gauge_totals
 from autoscaler.collect.promql import PrometheusSource
 from autoscaler.config import RateLimit, ScalerSpec
-from autoscaler.demo.load import SIMPLE, PoissonLoad, QueryType
+from autoscaler.demo.load import PoissonLoad
 from autoscaler.loop import Controller
 from autoscaler.telemetry import Telemetry
+from nlgsim.workload import SIMPLE, QueryType
 from triton_backend.launch import TritonServer
 
 pytestmark = pytest.mark.integration
 
 # Seconds long on the tiny model, so that all three are seen in flight at once even on a busy machine
 # (at 200 tokens the first could end before the third reached the model); 934 tokens fit its context.
-LONG = QueryType("long", prompt_tokens=34, choices=4, min_tokens=900, mean_tokens=900, max_tokens=900)
+LONG = QueryType("long", prompt_tokens=34, choices=4, gen_min=900, gen_mean=900, gen_max=900)
 # One choice, like the simple query: its per-token latency stays near idle, far under the threshold.
-LIGHT = QueryType("light", prompt_tokens=34, choices=1, min_tokens=200, mean_tokens=200, max_tokens=200)
+LIGHT = QueryType("light", prompt_tokens=34, choices=1, gen_min=200, gen_mean=200, gen_max=200)
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +229,7 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
             time.sleep(interval)
         raise AssertionError(f"timed out; last decisions: {sorted(timeline.items())[-5:]}")
 
-    light_s = min(load.send(LIGHT).per_token_ms or 0 for _ in range(2)) * LIGHT.max_tokens / 1000
+    light_s = min(load.send(LIGHT).per_token_ms or 0 for _ in range(2)) * LIGHT.gen_max / 1000
     trickler = threading.Thread(target=trickle, args=(0.5 * light_s,))
     try:
         ctl.run_once()

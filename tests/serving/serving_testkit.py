@@ -12,9 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
+
+from triton_backend.cli.requests import generate_inputs
 
 
 @dataclass
@@ -27,27 +28,6 @@ class Stream:
 
     def text(self, choice: int = 0) -> str:
         return "".join(r[choice] for r in self.texts)
-
-
-def grpc_inputs(
-    prompt: str | bytes | None, sampling: dict[str, Any] | str | None, stream: bool = True, **flags: bool
-) -> list[grpcclient.InferInput]:
-    values: dict[str, tuple[np.ndarray, str]] = {}
-    if prompt is not None:
-        raw = prompt.encode() if isinstance(prompt, str) else prompt
-        values["text_input"] = (np.array([raw], dtype=np.object_), "BYTES")
-    if sampling is not None:
-        text = sampling if isinstance(sampling, str) else json.dumps(sampling)
-        values["sampling_parameters"] = (np.array([text.encode()], dtype=np.object_), "BYTES")
-    values["stream"] = (np.array([stream]), "BOOL")
-    for name, flag in flags.items():
-        values[name] = (np.array([flag]), "BOOL")
-    inputs = []
-    for name, (value, dtype) in values.items():
-        tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-        tensor.set_data_from_numpy(value)
-        inputs.append(tensor)
-    return inputs
 
 
 def grpc_generate(
@@ -71,7 +51,7 @@ def grpc_generate(
         client.start_stream(callback=callback)
         client.async_stream_infer(
             "gpt2",
-            grpc_inputs(
+            generate_inputs(
                 prompt,
                 sampling,
                 stream=stream,

@@ -10,7 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import tritonclient.grpc as grpcclient
-from serving_testkit import grpc_generate, grpc_inputs, metric, scrape, wait_for
+from serving_testkit import grpc_generate, metric, scrape, wait_for
+
+from triton_backend.cli.requests import generate_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +41,7 @@ def test_cancelled_stream_stops_generating_and_frees_its_slot(triton_tiny):
     client = grpcclient.InferenceServerClient(triton_tiny.grpc_url)
     client.start_stream(callback=lambda result, error: responses.put((result, error)))
     long_request = {"max_tokens": 1000, "ignore_eos": True, "temperature": 1.0}
-    client.async_stream_infer("gpt2", grpc_inputs("a long story", long_request), request_id=uuid.uuid4().hex)
+    client.async_stream_infer("gpt2", generate_inputs("a long story", long_request), request_id=uuid.uuid4().hex)
     for _ in range(5):
         result, error = responses.get(timeout=60)
         assert error is None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import random
 import re
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,7 @@ from nlgsim.workload import (
     SIMPLE,
     LengthMap,
     MappingCounts,
+    QueryType,
     load_trace,
     thesis_requests,
 )
@@ -32,6 +35,21 @@ def test_table_4_2_statistics(query):
     assert lengths.mean() == pytest.approx(query.gen_mean, abs=0.3)
     gaps = np.diff([r.arrival for r in reqs])
     assert gaps.mean() == pytest.approx(0.1, rel=0.05)  # Poisson at 10 req/s
+
+
+@pytest.mark.parametrize("query", [SIMPLE, COMPLEX], ids=["simple", "complex"])
+def test_a_live_request_draws_its_one_length_by_the_same_table(query):
+    rng = random.Random(0)
+    drawn = [query.draw_max_tokens(rng) for _ in range(20000)]
+    assert min(drawn) == query.gen_min
+    assert max(drawn) == query.gen_max
+    assert statistics.mean(drawn) == pytest.approx(query.gen_mean, abs=0.5)
+
+
+def test_a_query_of_one_length_always_draws_it():
+    fixed = QueryType("fixed", prompt_tokens=8, gen_mean=20, gen_min=20, gen_max=20, choices=2)
+    assert {fixed.draw_max_tokens(random.Random(s)) for s in range(50)} == {20}
+    assert {n for r in thesis_requests(fixed, 5.0, 20, seed=0) for n in r.output_tokens} == {20}
 
 
 def test_same_seed_same_requests_other_seed_other_requests():

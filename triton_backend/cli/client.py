@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import queue
 import sys
 import uuid
@@ -11,8 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import tritonclient.grpc as grpcclient
+
+from triton_backend.cli.requests import generate_inputs
 
 
 @dataclass(frozen=True)
@@ -26,12 +26,7 @@ def stream_generate(
 ) -> Iterator[Delta]:
     """Yield each streamed response (text delta of every choice); raise on an error response."""
     responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    inputs = [
-        _input("text_input", np.array([prompt.encode()], dtype=np.object_), "BYTES"),
-        _input("stream", np.array([True]), "BOOL"),
-        _input("sampling_parameters", np.array([json.dumps(sampling).encode()], dtype=np.object_), "BYTES"),
-        _input("return_finish_reason", np.array([True]), "BOOL"),
-    ]
+    inputs = generate_inputs(prompt, sampling, return_finish_reason=True)
     with grpcclient.InferenceServerClient(url) as client:
         client.start_stream(callback=lambda result, error: responses.put((result, error)))
         try:
@@ -54,12 +49,6 @@ def stream_generate(
                     return
         finally:
             client.stop_stream()
-
-
-def _input(name: str, value: np.ndarray[Any, Any], dtype: str) -> grpcclient.InferInput:
-    tensor = grpcclient.InferInput(name, list(value.shape), dtype)
-    tensor.set_data_from_numpy(value)
-    return tensor
 
 
 def main(argv: list[str] | None = None) -> int:

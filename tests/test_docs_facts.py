@@ -42,3 +42,14 @@ def test_the_readme_gives_the_idle_time_after_which_the_model_returns_memory():
 
     readme = " ".join((ROOT / "README.md").read_text().split())
     assert f"once it has been idle for {IDLE_SECONDS:.0f} s" in readme
+
+
+def test_the_demo_quick_start_names_every_option_of_nlg_demo_and_no_other():
+    from autoscaler.demo.run import build_parser
+
+    options = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
+    text = (ROOT / "docs" / "autoscaler.md").read_text()
+    quick_start = text[text.index("## Quick start") : text.index("In a cluster:")]
+    assert options - set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", quick_start)) == set()
+    listed = " ".join(quick_start[quick_start.index("Options:") :].split("(`nlg-demo --help`)")[0].split())
+    assert set(re.findall(r"`(--[a-z-]+)`", listed)) - options == set()

@@ -7,6 +7,6 @@
 * :mod:`benchmarks.scaling.render`: fills ``report_template.md``, whose numbers are all placeholders,
   and draws the figures through :mod:`nlgsim.plots`.
 
-``python -m benchmarks.scaling`` runs everything and renders; ``python -m benchmarks.scaling.render``
-re-renders from the committed results.
+``python -m benchmarks.scaling`` runs everything (``--only KEY ...``: those experiments, keeping the
+others' numbers) and renders; ``python -m benchmarks.scaling.render`` re-renders from the committed results.
 """

@@ -3,7 +3,7 @@
 An :class:`Experiment` is its key (:data:`ExperimentKey`), a title, and the arguments after
 ``python -m nlgsim run``; the runner parses those with the CLI's own parser, so the command the report
 prints above a table is the one that made it. A run inside an experiment is a
-:class:`nlgsim.protocol.RunKey` (policy, seed or window), here under :class:`RunKey`.
+:class:`nlgsim.protocol_result.RunKey` (policy, seed or window), here under :class:`RunKey`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-import nlgsim.protocol
+import nlgsim.protocol_result
 
 ExperimentKey = Literal[
     "thesis-step", "thesis-ramp", "thesis-warm-step", "thesis-cal-ramp",
@@ -32,7 +32,12 @@ RAMP_S = 200
 WARMUP_S = 120
 #: The planner's settings are chosen on these seeds and judged on seeds 0-9, which they never saw.
 TUNING_SEED = 100
-PLANNERS = ("planner", "planner:0.7", "planner:0.8", "planner:0.9", "planner:1")
+#: The planner's plan fractions (``planner`` alone: the live default), in steps of 0.05 up to 0.9 so that the
+#: selection has a setting near wherever the target falls.
+PLANNERS = (
+    "planner", "planner:0.65", "planner:0.7", "planner:0.75", "planner:0.8", "planner:0.85", "planner:0.9",
+    "planner:1",
+)  # fmt: skip
 FAMILIES = (
     "request:1000", "request:1500", "request:2000", "request:3000",
     "pertoken:20", "pertoken:22", "pertoken:25", "pertoken:30",
@@ -78,7 +83,7 @@ class RunKey:
     """One run of the report: an experiment's policy on one seed or window."""
 
     experiment: ExperimentKey
-    run: nlgsim.protocol.RunKey
+    run: nlgsim.protocol_result.RunKey
 
     def text(self) -> str:
         return f"{self.experiment}: {self.run.text()}"

@@ -4,7 +4,8 @@
 
 Each experiment's arguments go through ``nlgsim``'s own parser (``plan_from_args``) and
 ``run_plan``: the same path as the command the report prints. ``--only`` re-runs some experiments and
-keeps the others' numbers. Nothing here formats a table or writes prose.
+keeps the others' numbers; each experiment keeps its own wall time and the load average it started
+under. Nothing here formats a table or writes prose.
 """
 
 from __future__ import annotations
@@ -73,18 +74,19 @@ def machine() -> dict[str, Any]:
                 break
     except OSError:
         pass
-    return {
-        "cpu": model,
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "load_average_before": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def load_average() -> float | None:
+    """The 1-minute load average: how much else the shared cores were running."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def run(keys: list[str], workers: int, out: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
     data.setdefault("experiments", {})
     data.setdefault("wall_s", {})
+    data.setdefault("load_average_before", {})
     data["machine"] = machine()
     data["workers"] = workers
     data["profiles"] = [profile_numbers(p) for p in PROFILES]
@@ -92,6 +94,7 @@ def run(keys: list[str], workers: int, out: Path) -> dict[str, Any]:
     for exp in EXPERIMENTS:
         if keys and exp.key not in keys:
             continue
+        data["load_average_before"][exp.key] = load_average()
         started = time.perf_counter()
         print(f"{exp.key}: {exp.title}", file=sys.stderr)
         result = run_plan(plan_of(exp), workers, progress=lambda m: print(f"  {m}", file=sys.stderr))

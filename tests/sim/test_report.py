@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scaling import analysis, render
+from benchmarks.scaling import analysis, render, runner
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES, experiment
 from benchmarks.scaling.runner import RESULTS, plan_of
 from nlgsim.protocol import PROTOCOLS, ProtocolResult, Replicate, RunKey, RunResult, plan_json
@@ -154,10 +154,43 @@ def test_equal_attainment_takes_each_familys_cheapest_setting_at_the_level():
     assert cheapest_at(HAND, 0.98, feasible=False)["pertoken"] == ("pertoken:20", 1855)
 
 
-def test_the_tuned_planner_is_the_cheapest_at_the_target_else_the_closest():
+def test_the_standard_error_is_the_sample_deviation_over_root_n():
+    assert analysis.standard_error([1.0, 2.0, 3.0]) == pytest.approx(1 / math.sqrt(3))
+    assert analysis.standard_error([0.99, 0.99]) == 0
+    assert math.isnan(analysis.standard_error([0.99]))
+
+
+def test_the_tuned_planner_is_the_cheapest_at_the_target_with_confidence():
+    # planner:0.8: mean 99.25%, standard error 0.25 points: 99.0% with confidence, and cheaper.
     assert analysis.tuned_planner(HAND) == "planner:0.8"
+    noisy = made({
+        "planner": [(0.995, 1900, 4), (0.997, 1905, 4), (0.996, 1902, 4)],
+        # Mean 99.2%, above the target by less than its standard error (0.58 points): not chosen.
+        "planner:0.8": [(0.98, 1800, 30), (1.0, 1810, 30), (0.996, 1805, 30)],
+    })  # fmt: skip
+    f = analysis.figures(noisy, "planner:0.8")
+    assert f.attainment.mean > 0.99 > f.attainment_low
+    assert analysis.tuned_planner(noisy) == "planner"
+
+
+def test_with_none_at_the_target_with_confidence_the_closest_mean_is_chosen():
     short = made({"planner": [(0.97, 1890, 4)], "planner:0.8": [(0.98, 1800, 30)]})
-    assert analysis.tuned_planner(short) == "planner:0.8"
+    assert analysis.tuned_planner(short) == "planner:0.8"  # one seed: no standard error, no confidence
+    scattered = made({
+        "planner": [(0.975, 1900, 4), (1.0, 1900, 4)],
+        "planner:0.7": [(0.985, 1850, 10), (0.987, 1850, 10)],
+        "planner:0.8": [(0.96, 1800, 30), (0.97, 1800, 30)],
+    })  # fmt: skip
+    # The closest mean (98.75%), though planner:0.7's is the surer (98.6% less 0.1 points).
+    assert analysis.tuned_planner(scattered) == "planner"
+
+
+def test_the_selection_table_shows_what_the_choice_read():
+    table = analysis.selection_table(HAND)
+    rows = {line.split("|")[1].strip(): line for line in table.splitlines()[2:]}
+    assert set(rows) == {"`planner`", "`planner:0.8` (chosen)"}
+    assert "| 99.25 " in rows["`planner:0.8` (chosen)"] and "| 0.25 " in rows["`planner:0.8` (chosen)"]
+    assert "| yes " in rows["`planner`"]
 
 
 def test_the_planner_meets_issue_12_only_at_the_target_and_within_the_references_gpu_seconds():
@@ -166,3 +199,28 @@ def test_the_planner_meets_issue_12_only_at_the_target_and_within_the_references
     dear = analysis.planner_against(HAND, "planner", "pertoken:20")
     assert not dear["ok"]  # at the target, but 1892 GPU-s against 1855
     assert not analysis.planner_against(HAND, "pertoken:25", "pertoken:20")["ok"]  # cheaper, short of 99%
+
+
+def test_only_reruns_the_experiments_named_and_keeps_the_others(tmp_path, monkeypatch):
+    class Fake:
+        def __init__(self, plan):
+            self.plan = plan
+
+        def to_json(self):
+            return {"rerun": self.plan.first_seed}
+
+    monkeypatch.setattr(runner, "run_plan", lambda plan, workers, progress: Fake(plan))
+    monkeypatch.setattr(runner, "profile_numbers", lambda path: {"path": path})
+    monkeypatch.setattr(runner, "planner_numbers", lambda exp: {})
+    out = tmp_path / "results.json"
+    kept = {"experiments": {"thesis-step": {"old": 1}, "thesis-ramp": {"old": 2}},
+            "wall_s": {"thesis-step": 5.0, "thesis-ramp": 6.0},
+            "load_average_before": {"thesis-step": 8.0, "thesis-ramp": 8.0}}  # fmt: skip
+    out.write_text(json.dumps(kept))
+    runner.run(["thesis-tuning", "thesis-ramp"], 2, out)
+    data = json.loads(out.read_text())
+    assert data["experiments"] == {
+        "thesis-step": {"old": 1}, "thesis-ramp": {"rerun": 0}, "thesis-tuning": {"rerun": 100},
+    }  # fmt: skip
+    assert set(data["wall_s"]) == set(data["load_average_before"]) == set(data["experiments"])
+    assert data["wall_s"]["thesis-step"] == 5.0 and data["load_average_before"]["thesis-step"] == 8.0

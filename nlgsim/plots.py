@@ -238,26 +238,20 @@ def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool 
     fig, (whole, near) = plt.subplots(1, 2, figsize=(11.0, 4.8))
     floor = target - 4.0
     for ax, low in ((whole, -math.inf), (near, floor)):
-        shown = []
-        for fam, pts in points.items():
-            pts = [p for p in pts if p[1] >= low]
-            if not pts:
-                continue
-            colour = FAMILY_COLOURS[fam]
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colour, label=fam, linewidth=1.2)
-            offset, ha = _LABEL_AT[fam]
-            for x, y, p in pts:
-                head, *opts = p.split()
-                short = " ".join([head.partition(":")[2] or head, *opts])
-                ax.annotate(short, (x, y), fontsize=7, xytext=offset, textcoords="offset points", ha=ha, color=colour)
-            shown += pts
+        shown = {fam: [p for p in pts if p[1] >= low] for fam, pts in points.items()}
+        for fam, pts in shown.items():
+            if pts:
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=FAMILY_COLOURS[fam], label=fam,
+                        linewidth=1.2)  # fmt: skip
         ax.axhline(target, color="black", linestyle=":", linewidth=1, label=f"target {target:g}%")
-        if shown:
-            lo = min(p[1] for p in shown)
-            xs = [p[0] for p in shown]
+        every = [p for pts in shown.values() for p in pts]
+        if every:
+            lo = min(p[1] for p in every)
+            xs = [p[0] for p in every]
             pad = 0.08 * (max(xs) - min(xs) or 1.0)
             ax.set_xlim(min(xs) - pad, max(xs) + pad)
             ax.set_ylim(lo - 0.08 * (100 - lo) - 0.2, 100 + 0.06 * (100 - lo) + 0.05)
+        _label_settings(ax, shown)
         ax.set_xlabel("GPU-seconds (mean)")
         ax.grid(alpha=0.3)
     whole.set_ylabel("attainment (%, mean)" + (" over feasible requests" if feasible else ""))
@@ -266,6 +260,27 @@ def family_front(result: ProtocolResult, path: Path, title: str, feasible: bool 
     whole.legend(fontsize=8, loc="lower right")
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
+
+
+def _label_settings(ax: Axes, shown: Mapping[str, Sequence[tuple[float, float, str]]], size: float = 7) -> None:
+    """Each point's setting beside it, unless the label would cover one already placed (settings close
+    together in the whole view keep their markers; the zoomed panel separates them)."""
+    placed: list[tuple[float, float, float, float]] = []  # label boxes, in points from the axes' corner
+    to_points = ax.transData + ax.figure.dpi_scale_trans.inverted()
+    for fam, pts in shown.items():
+        colour = FAMILY_COLOURS[fam]
+        (dx, dy), ha = _LABEL_AT[fam]
+        for x, y, p in reversed(pts):  # costliest first: where settings crowd at the top, the top one keeps its label
+            head, *opts = p.split()
+            short = " ".join([head.partition(":")[2] or head, *opts])
+            px, py = 72 * to_points.transform((x, y)) + (dx, dy)
+            width = 0.6 * size * len(short)
+            left = px - width if ha == "right" else px
+            box = (left, py, left + width, py + size)
+            if any(box[0] < o[2] and o[0] < box[2] and box[1] < o[3] and o[1] < box[3] for o in placed):
+                continue
+            placed.append(box)
+            ax.annotate(short, (x, y), fontsize=size, xytext=(dx, dy), textcoords="offset points", ha=ha, color=colour)
 
 
 def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:

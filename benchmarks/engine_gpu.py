@@ -1,7 +1,9 @@
 """The engine on one CUDA GPU, gpt2-xl in fp16, against the HBM-bandwidth roofline; all in one run.
 
-    python benchmarks/engine_gpu.py --parts steps runs triton compile --json $OUT/engine_gpu.json
-    python benchmarks/engine_gpu.py --render benchmarks/engine_gpu.json --report benchmarks/engine_gpu.md
+    python -m benchmarks.engine_gpu --parts steps runs triton compile --json $OUT/engine_gpu.json
+    python -m benchmarks.engine_gpu --render benchmarks/results/engine_gpu.json \
+        benchmarks/results/engine_gpu_compile.json --tuning benchmarks/results/tune_gpu_kernels.json \
+        --report benchmarks/engine_gpu.md
 
 1. Bandwidth: a large device-to-device copy (bytes read + written over time), the roofline's rate.
 2. Model step alone, context 192, batch 1..64: the served step (CUDA graph; our streaming projections
@@ -37,17 +39,17 @@ from dataclasses import replace
 from datetime import date
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_throughput import drive, quantiles  # noqa: E402
-
-from triton_backend.engine_factory import build_engine  # noqa: E402
-from triton_backend.presets import preset_config  # noqa: E402
-from triton_backend.runner import DecodeInput  # noqa: E402
-from triton_backend.settings import ModelSettings, load_settings  # noqa: E402
+from benchmarks import harness
+from benchmarks.cuda_timing import event_seconds
+from benchmarks.engine_throughput import drive, quantiles
+from triton_backend.engine_factory import build_engine
+from triton_backend.presets import preset_config
+from triton_backend.runner import DecodeInput
+from triton_backend.settings import ModelSettings, load_settings
 
 GPU = torch.device("cuda")
 GOAL_ITL_MS = 2.0
@@ -63,14 +65,7 @@ def bandwidth() -> float:
     for _ in range(3):
         dst.copy_(src)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(10):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
+    times = [event_seconds(partial(dst.copy_, src)) for _ in range(10)]
     moved = 2 * src.numel() * src.element_size()
     del src, dst
     torch.cuda.empty_cache()
@@ -79,9 +74,9 @@ def bandwidth() -> float:
 
 class Roofline:
     def __init__(self, meta: dict[str, Any]) -> None:
-        self.weight_bytes = meta["weight_bytes"]
-        self.kv_bytes_per_position = meta["kv_bytes_per_position"]
-        self.rate = meta["bandwidth_gbs"] * 1e9
+        self.weight_bytes: float = meta["weight_bytes"]
+        self.kv_bytes_per_position: float = meta["kv_bytes_per_position"]
+        self.rate: float = meta["bandwidth_gbs"] * 1e9
 
     def step_seconds(self, contexts: list[int]) -> float:
         return (self.weight_bytes + sum(contexts) * self.kv_bytes_per_position) / self.rate
@@ -101,15 +96,7 @@ def time_steps(step: Callable[[], Any], repeat: int = 50) -> float:
     for _ in range(5):
         step()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1000)
-    return statistics.median(times)
+    return statistics.median(event_seconds(step) for _ in range(repeat))
 
 
 def model_steps(preset: str, dtype: str, batches: list[int], context: int, roof: Roofline) -> list[dict[str, Any]]:
@@ -124,13 +111,13 @@ def model_steps(preset: str, dtype: str, batches: list[int], context: int, roof:
         "served": GraphSteps(runner.model, cache, runner.scales, most),
         "cublas": GraphSteps(runner.model, cache, runner.scales, most, choices=CUBLAS_ONLY),
     }
-    rows = []
+    rows: list[dict[str, Any]] = []
     for batch in batches:
         ids, positions, pages = [(7 * i) % 50000 for i in range(batch)], [context] * batch, tables[:batch]
-        rows = [DecodeInput(*row) for row in zip(pages, ids, positions, strict=True)]
+        decode = [DecodeInput(*row) for row in zip(pages, ids, positions, strict=True)]
         result: dict[str, Any] = {"batch": batch, "context": context}
         for name, graphs in paths.items():
-            result[f"{name}_ms"] = time_steps(partial(graphs.step, rows, [])) * 1000
+            result[f"{name}_ms"] = time_steps(partial(graphs.step, decode, [])) * 1000
         result["eager_ms"] = time_steps(partial(runner.decode, pages, ids, positions), repeat=10) * 1000
         result["roofline_ms"] = roof.step_seconds([context + 1] * batch) * 1000
         rows.append(result)
@@ -144,6 +131,7 @@ def compiled_steps(preset: str, dtype: str, batches: list[int], context: int) ->
     """torch.compile (max-autotune: autotuned matmuls, fusion, CUDA graphs) of the same decode forward
     pass, our paged attention kernel inside it; in this process (run it in a child with a timeout)."""
     import torch._dynamo
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 
     from triton_backend.gpu_configs import CUBLAS_ONLY
     from triton_backend.gpu_kernels import paged_attention
@@ -151,6 +139,7 @@ def compiled_steps(preset: str, dtype: str, batches: list[int], context: int) ->
     built = build_engine(served(preset, dtype, max_num_seqs=str(max(batches)), cuda_graphs="false"), GPU)
     runner, cache = built.runner, built.engine.cache
     model, attention = runner.model, CUBLAS_ONLY.attention_for(1)
+    blocks = cast("list[GPT2Block]", list(model.transformer.h))  # a ModuleList types its items as Module
     width = cache.shape.pages_per_sequence
     rows = []
     for batch in batches:
@@ -166,7 +155,7 @@ def compiled_steps(preset: str, dtype: str, batches: list[int], context: int) ->
                     slots: torch.Tensor = slots) -> torch.Tensor:  # fmt: skip
             t = model.transformer
             h = t.wte(ids) + t.wpe(positions)
-            for layer, block in enumerate(t.h):
+            for layer, block in enumerate(blocks):
                 qkv = block.attn.c_attn(block.ln_1(h))
                 attn = paged_attention(
                     qkv, cache.k[layer], cache.v[layer], tables, slots, positions, runner.scales[layer], attention, True
@@ -233,7 +222,6 @@ def triton_pairs(preset: str, dtype: str, streams: int, prompt: int, output: int
     """In-process engine, then the same load through tritonserver, `pairs` times. The server (and this
     process while it measures in-process) run on the first half of the cores, the load generator on
     the second half."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # nlgsim runs from the repository
     from nlgsim.replay import replay
     from nlgsim.workload import Request
     from triton_backend.launch import TritonServer
@@ -273,10 +261,10 @@ def triton_pairs(preset: str, dtype: str, streams: int, prompt: int, output: int
 
 def in_child(flag: str, args: argparse.Namespace, timeout: float) -> Any:
     """Run one part in a child process (its own CUDA context and compile caches), bounded in time."""
-    command = [sys.executable, __file__, flag, "--preset", args.preset, "--dtype", args.dtype,
+    command = [sys.executable, "-m", "benchmarks.engine_gpu", flag, "--preset", args.preset, "--dtype", args.dtype,
                "--batches", *map(str, args.batches)]  # fmt: skip
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False, cwd=harness.REPO)
     except subprocess.TimeoutExpired:
         return {"error": f"did not finish in {timeout:.0f} s"}
     if done.returncode != 0:
@@ -520,28 +508,28 @@ def main() -> int:
     parser.add_argument("--compile-worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--render", type=Path, nargs="+", help="only render the report from these results files")
     parser.add_argument("--tuning", type=Path, help="with --render: tune_gpu_kernels.py's timings, for the report")
-    parser.add_argument("--report", type=Path)
-    parser.add_argument("--json", type=Path)
+    harness.output_arguments(parser, render=False)
     args = parser.parse_args()
     if args.compile_worker:
         print(json.dumps(compiled_steps(args.preset, args.dtype, args.batches, args.context)))
         return 0
-    if args.render:
-        results = {}
-        for path in args.render:  # later files add or replace parts; the first one's machine and date stand
-            results = {**results, **json.loads(path.read_text()), "meta": results.get("meta")}
-        results["meta"] = results["meta"] or json.loads(args.render[0].read_text())["meta"]
-        if args.tuning:
-            results["tuning"] = json.loads(args.tuning.read_text())
-    else:
-        results = measure(args)
-        if args.json:
-            args.json.write_text(json.dumps(results, indent=1))
-    text = render(results)
-    print(text)
-    if args.report:
-        args.report.write_text(text)
+    results = merged(args.render, args.tuning) if args.render else measure(args)
+    if args.json:
+        harness.write_json(args.json, results)
+    harness.publish(render(results), args.report)
     return 0
+
+
+def merged(paths: list[Path], tuning: Path | None) -> dict[str, Any]:
+    """Results files measured in separate runs: later files add or replace parts; the first one's
+    machine and date stand. With `tuning`, tune_gpu_kernels's timings beside them."""
+    results: dict[str, Any] = {}
+    for path in paths:
+        results = {**results, **harness.read_json(path), "meta": results.get("meta")}
+    results["meta"] = results["meta"] or harness.read_json(paths[0])["meta"]
+    if tuning:
+        results["tuning"] = harness.read_json(tuning)
+    return results
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,13 +1,16 @@
 """The host's own work in `Engine.step` (scheduling, the runner's inputs, sampling, detokenizing,
 the outputs), without the model: a stand-in runner hands back precomputed logits at once.
 
-    .venv/bin/python benchmarks/engine_host_overhead.py --json benchmarks/results/engine_host_overhead.json \
+    .venv/bin/python -m benchmarks.engine_host_overhead --json benchmarks/results/engine_host_overhead.json \
         --baseline benchmarks/results/engine_host_overhead_before.json --report benchmarks/engine_host_overhead.md
+    .venv/bin/python -m benchmarks.engine_host_overhead --render benchmarks/results/engine_host_overhead.json \
+        --baseline benchmarks/results/engine_host_overhead_before.json   # the report again
 
 The baseline is this script run on the code before, from a worktree of that commit:
 
-    git worktree add /tmp/before <commit> && cp benchmarks/engine_host_overhead.py /tmp/before/benchmarks/
-    (cd /tmp/before && PYTHONPATH=. $OLDPWD/.venv/bin/python benchmarks/engine_host_overhead.py \
+    git worktree add /tmp/before <commit>
+    cp benchmarks/__init__.py benchmarks/harness.py benchmarks/engine_host_overhead.py /tmp/before/benchmarks/
+    (cd /tmp/before && $OLDPWD/.venv/bin/python -m benchmarks.engine_host_overhead \
         --json $OLDPWD/benchmarks/results/engine_host_overhead_before.json)
 
 `--streams` requests of `--prompt` prompt and `--output` output tokens (ignore_eos) arrive at once, as
@@ -26,12 +29,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import json
 import os
 import pstats
 import statistics
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import date
@@ -40,21 +40,19 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from engine_throughput import GREEDY, SAMPLED, machine, prompts  # noqa: E402
-
-from triton_backend.engine import Engine  # noqa: E402
-from triton_backend.host_memory import keep_freed_memory  # noqa: E402
-from triton_backend.kv_cache import PAGE_SIZE, CacheShape, PagedKVCache  # noqa: E402
-from triton_backend.presets import CONTEXT_LENGTH, VOCAB_SIZE  # noqa: E402
-from triton_backend.runner import DecodeInput, PrefillInput  # noqa: E402
-from triton_backend.sampler import NUCLEUS_HEAD  # noqa: E402
-from triton_backend.sampling_params import SamplingParams  # noqa: E402
-from triton_backend.scheduler import SchedulerConfig  # noqa: E402
-from triton_backend.tokenizer import token_bytes  # noqa: E402
+from benchmarks import harness
+from benchmarks.engine_throughput import GREEDY, SAMPLED, machine, prompts
+from triton_backend.engine import Engine
+from triton_backend.host_memory import keep_freed_memory
+from triton_backend.kv_cache import PAGE_SIZE, CacheShape, PagedKVCache
+from triton_backend.presets import CONTEXT_LENGTH, VOCAB_SIZE
+from triton_backend.runner import DecodeInput, PrefillInput
+from triton_backend.sampler import NUCLEUS_HEAD
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.scheduler import SchedulerConfig
+from triton_backend.tokenizer import token_bytes
 
 CPU = torch.device("cpu")
-REPO = Path(__file__).resolve().parent.parent
 MODES = {"greedy": GREEDY, "sampled (temperature 1, top_p 0.9)": SAMPLED}
 
 
@@ -135,7 +133,7 @@ def where(func: tuple[str, int, str]) -> str:
     if path == "~":
         return name
     file = Path(path)
-    shown = str(file.relative_to(REPO)) if file.is_relative_to(REPO) else file.name
+    shown = str(file.relative_to(harness.REPO)) if file.is_relative_to(harness.REPO) else file.name
     return f"{shown}:{line} {name}"
 
 
@@ -163,20 +161,12 @@ def summary(steady: list[float]) -> dict[str, Any]:
     }
 
 
-def revision() -> str:
-    """The commit measured, and whether the tree differed from it."""
-    git = ["git", "-C", str(REPO)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    if commit.returncode != 0:
-        return "unknown"
-    changed = subprocess.run(
-        [*git, "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, check=False
-    )
-    return commit.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else "")
-
-
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    modes = {}
+    keep_freed_memory()  # as the served model sets it
+    # The host's own tensor calls are on a few hundred numbers: one thread keeps the pool's wake-ups,
+    # which the host of a GPU does not pay for them, out of the figures.
+    torch.set_num_threads(1)
+    modes: dict[str, dict[str, Any]] = {}
     for mode, params in MODES.items():
         profiled = run(params, args, args.narrow, 1, profile=True)
         assert profiled.profile is not None
@@ -190,7 +180,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "machine": f"{machine()}, {os.cpu_count()} cores",
         "date": str(date.today()),
-        "code": revision(),
+        "code": harness.revision(),
         "setup": {
             key: getattr(args, key) for key in ("streams", "prompt", "output", "narrow", "rounds", "full_rounds")
         },
@@ -266,25 +256,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--full-rounds", type=int, default=1, help="rounds with logits over the whole vocabulary")
     parser.add_argument("--top", type=int, default=20, help="functions in each profile table")
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--render", type=Path, help="render this results file instead of measuring")
     parser.add_argument("--baseline", type=Path, help="a results file of the code before, shown beside")
-    parser.add_argument("--report", type=Path)
+    harness.output_arguments(parser)
     args = parser.parse_args()
-    if args.render:
-        results = json.loads(args.render.read_text())
-    else:
-        keep_freed_memory()  # as the served model sets it
-        # The host's own tensor calls are on a few hundred numbers: one thread keeps the pool's wake-ups,
-        # which the host of a GPU does not pay for them, out of the figures.
-        torch.set_num_threads(1)
-        results = measure(args)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
-    text = render(results, json.loads(args.baseline.read_text()) if args.baseline else None)
-    print(text)
-    if args.report:
-        args.report.write_text(text)
+    results = harness.results(args, measure)
+    harness.publish(render(results, harness.read_json(args.baseline) if args.baseline else None), args.report)
     return 0
 
 

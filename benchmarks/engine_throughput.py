@@ -2,8 +2,9 @@
 one-request-at-a-time transformers `generate`, transformers' own continuous batching, and the same
 load through a real tritonserver (gRPC streaming), all measured in one run.
 
-    .venv/bin/python benchmarks/engine_throughput.py --preset gpt2 --streams 1 4 16 64 \
-        --report benchmarks/engine_cpu.md
+    .venv/bin/python -m benchmarks.engine_throughput --preset gpt2 --streams 1 4 16 64 \
+        --json benchmarks/results/engine_cpu.json --report benchmarks/engine_cpu.md
+    .venv/bin/python -m benchmarks.engine_throughput --render benchmarks/results/engine_cpu.json   # the report again
 
 Each configuration runs in its own process, so its peak memory (max RSS) is its own. Every stream
 has a `--prompt`-token prompt and generates exactly `--output` tokens (ignore_eos); all streams
@@ -23,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
-from pathlib import Path
 from typing import Any
 
 import torch
+from transformers import GenerationConfig, GPT2LMHeadModel
 
+from benchmarks import harness
 from triton_backend.engine import Engine
 from triton_backend.engine_factory import engine_on
 from triton_backend.host_memory import keep_freed_memory
@@ -112,39 +114,50 @@ def run_own(
     )
 
 
+def hf_generate(model: GPT2LMHeadModel, ids: list[list[int]], tokens: int) -> torch.Tensor:
+    """transformers' own greedy `generate` of exactly `tokens` new tokens; the prompts and them."""
+    with torch.inference_mode():
+        # transformers annotates generate's self with its GenerativePreTrainedModel protocol under a
+        # torch.no_grad() decorator, which mypy binds as a second self argument.
+        out = model.generate(  # type: ignore[misc]
+            torch.tensor(ids), max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=50256
+        )
+    assert isinstance(out, torch.Tensor)  # a tensor of ids, not an output object: no return_dict_in_generate
+    return out
+
+
+def hf_greedy(tokens: int) -> GenerationConfig:
+    # GenerationConfig.__init__ takes unannotated **kwargs.
+    return GenerationConfig(  # type: ignore[no-untyped-call]
+        max_new_tokens=tokens, do_sample=False, eos_token_id=None, pad_token_id=50256
+    )
+
+
 def run_hf_sequential(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
     model, _ = build_model(preset, None, CPU, torch.float32)
-    tokens, ttft, tpot = 0, [], []
-    with torch.inference_mode():
-        model.generate(torch.tensor(prompts(1, 8)), max_new_tokens=4, do_sample=False, pad_token_id=50256)
+    tokens, tpot = 0, []
+    hf_generate(model, prompts(1, 8), 4)
     start = time.perf_counter()
     for ids in prompts(streams, prompt):
         began = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(
-                torch.tensor([ids]),
-                max_new_tokens=output,
-                min_new_tokens=output,
-                do_sample=False,
-                pad_token_id=50256,
-            )
+        out = hf_generate(model, [ids], output)
         took = time.perf_counter() - began
         generated = out.shape[1] - len(ids)
         tokens += generated
         tpot.append(took / generated)
-    return summary(tokens, time.perf_counter() - start, ttft, tpot, [])
+    return summary(tokens, time.perf_counter() - start, [], tpot, [])
 
 
 def run_hf_continuous(preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
-    from transformers import ContinuousBatchingConfig, GenerationConfig
+    from transformers import ContinuousBatchingConfig
 
     model, _ = build_model(preset, None, CPU, torch.float32)
-    config = GenerationConfig(max_new_tokens=output, do_sample=False, eos_token_id=None, pad_token_id=50256)
+    config = hf_greedy(output)
     # Left alone it sizes its cache from free memory (14 GiB even for the tiny preset): give it what
     # our engine gets, pages for every stream's prompt and output.
     blocks = streams * -(-(prompt + output) // 32) + 8
     cb = ContinuousBatchingConfig(num_blocks=blocks, block_size=32, max_batch_tokens=256)
-    warm = GenerationConfig(max_new_tokens=2, do_sample=False, eos_token_id=None, pad_token_id=50256)
+    warm = hf_greedy(2)
     model.generate_batch(prompts(1, 8), generation_config=warm, continuous_batching_config=cb)
     start = time.perf_counter()
     results = model.generate_batch(prompts(streams, prompt), generation_config=config, continuous_batching_config=cb)
@@ -157,7 +170,6 @@ def run_triton(preset: str, streams: int, prompt: int, output: int) -> dict[str,
     """The same streams through a real tritonserver, all multiplexed on one gRPC stream (as a load
     generator drives Triton: one channel, one receiving thread), so that on a machine where client and
     server share the cores the client takes as little of them as it can."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # nlgsim runs from the repository
     from nlgsim.replay import replay
     from nlgsim.workload import Request
     from triton_backend.launch import TritonServer
@@ -205,10 +217,10 @@ WORKERS = {
 }
 
 
-def measure(worker: str, preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--worker", worker, "--preset", preset, "--streams", str(streams),
-               "--prompt", str(prompt), "--output", str(output)]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+def run_worker(worker: str, preset: str, streams: int, prompt: int, output: int) -> dict[str, Any]:
+    command = [sys.executable, "-m", "benchmarks.engine_throughput", "--worker", worker, "--preset", preset,
+               "--streams", str(streams), "--prompt", str(prompt), "--output", str(output)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=harness.REPO)
     if done.returncode != 0:
         raise RuntimeError(f"{worker} x{streams} failed:\n{done.stderr[-3000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -217,29 +229,25 @@ def measure(worker: str, preset: str, streams: int, prompt: int, output: int) ->
 
 
 def machine() -> str:
-    model = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in line
-        ),
-        platform.processor(),
+    """The CPU and what torch runs on it."""
+    return (
+        f"{harness.cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
+        f"Python {platform.python_version()}"
     )
-    return f"{model}, {torch.get_num_threads()} threads, torch {torch.__version__}, Python {platform.python_version()}"
 
 
 def ms(value: float) -> str:
     return "-" if value != value else f"{value * 1000:.1f}"
 
 
-def report(
-    args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]], pairs: list[tuple[float, float]]
-) -> str:
+def render(results: dict[str, Any]) -> str:
+    setup, rows = results["setup"], results["rows"]
     lines = [
-        f"# Engine throughput, {args.preset} preset (random weights, seed 0), CPU fp32",
+        f"# Engine throughput, {setup['preset']} preset (random weights, seed 0), CPU fp32",
         "",
-        f"Machine: {machine()}. Measured {date.today()} with `benchmarks/engine_throughput.py`; "
-        f"{args.prompt} prompt and {args.output} output tokens per stream (ignore_eos), all streams arriving at once.",
+        f"Machine: {results['machine']}. Measured {results['date']} with `benchmarks/engine_throughput.py`; "
+        f"{setup['prompt']} prompt and {setup['output']} output tokens per stream (ignore_eos), all streams arriving "
+        "at once.",
         "",
         "| path | streams | tokens/s | TTFT p50 / p99 ms | per-token p50 / p99 ms | ITL p50 / p99 ms | peak RSS MiB |",
         "|---|---|---|---|---|---|---|",
@@ -250,16 +258,13 @@ def report(
             f"{ms(r['tpot']['p50'])} / {ms(r['tpot']['p99'])} | {ms(r['itl']['p50'])} / {ms(r['itl']['p99'])} | "
             f"{r['peak_rss_mib']:.0f} |"
         )
-    lines += ["", *ratios(args, rows, pairs)]
+    lines += ["", *ratios(setup["compare_at"], rows, results["pairs"])]
     return "\n".join(lines) + "\n"
 
 
-def ratios(
-    args: argparse.Namespace, rows: list[tuple[str, int, dict[str, Any]]], pairs: list[tuple[float, float]]
-) -> list[str]:
+def ratios(at: int, rows: list[list[Any]], pairs: list[list[float]]) -> list[str]:
     """The comparisons the engine's goals are stated in, as ratios of rows of this one run."""
     rate = {(worker, streams): r["tokens_per_s"] for worker, streams, r in rows}
-    at = args.compare_at
     own = rate.get(("own", at))
     lines = ["Ratios (tokens/s, this run):", ""]
     if own is None:
@@ -286,6 +291,34 @@ def ratios(
     return lines
 
 
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """Every path, each configuration in a child process of its own."""
+    rows: list[list[Any]] = [
+        ["hf-sequential", 1, run_worker("hf-sequential", args.preset, args.baseline_requests, args.prompt, args.output)]
+    ]
+    rows += [["own", n, run_worker("own", args.preset, n, args.prompt, args.output)] for n in args.streams]
+    for worker in ("own-addmm", "own-sampled", "hf-continuous"):
+        rows.append(
+            [worker, args.compare_at, run_worker(worker, args.preset, args.compare_at, args.prompt, args.output)]
+        )
+    # The serving path's share is a ratio of two noisy figures on shared cores: measure it as pairs,
+    # each in-process run right before its Triton run, and report the median.
+    pairs = []
+    for i in range(args.pairs):
+        inproc = run_worker("own", args.preset, args.compare_at, args.prompt, args.output)
+        served = run_worker("triton", args.preset, args.compare_at, args.prompt, args.output)
+        if i == 0:
+            rows.append(["triton", args.compare_at, served])
+        pairs.append([inproc["tokens_per_s"], served["tokens_per_s"]])
+    return {
+        "machine": machine(),
+        "date": str(date.today()),
+        "setup": {key: getattr(args, key) for key in ("preset", "prompt", "output", "compare_at")},
+        "rows": rows,
+        "pairs": pairs,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--worker", choices=WORKERS)
@@ -296,36 +329,14 @@ def main() -> int:
     parser.add_argument("--baseline-requests", type=int, default=2, help="requests for hf-sequential")
     parser.add_argument("--compare-at", type=int, default=16, help="streams for hf-continuous and triton")
     parser.add_argument("--pairs", type=int, default=3, help="in-process / Triton pairs for the serving ratio")
-    parser.add_argument("--report", type=Path)
+    harness.output_arguments(parser)
     args = parser.parse_args()
     if args.worker:
         # Every worker, ours and transformers', runs with the host memory setting the served model uses.
         keep_freed_memory()
         print(json.dumps(WORKERS[args.worker](args.preset, args.streams[0], args.prompt, args.output)))
         return 0
-    rows = [
-        (
-            "hf-sequential",
-            1,
-            measure("hf-sequential", args.preset, args.baseline_requests, args.prompt, args.output),
-        )
-    ]
-    rows += [("own", n, measure("own", args.preset, n, args.prompt, args.output)) for n in args.streams]
-    for worker in ("own-addmm", "own-sampled", "hf-continuous"):
-        rows.append((worker, args.compare_at, measure(worker, args.preset, args.compare_at, args.prompt, args.output)))
-    # The serving path's share is a ratio of two noisy figures on shared cores: measure it as pairs,
-    # each in-process run right before its Triton run, and report the median.
-    pairs = []
-    for i in range(args.pairs):
-        inproc = measure("own", args.preset, args.compare_at, args.prompt, args.output)
-        served = measure("triton", args.preset, args.compare_at, args.prompt, args.output)
-        if i == 0:
-            rows.append(("triton", args.compare_at, served))
-        pairs.append((inproc["tokens_per_s"], served["tokens_per_s"]))
-    text = report(args, rows, pairs)
-    print(text)
-    if args.report:
-        args.report.write_text(text)
+    harness.publish(render(harness.results(args, measure)), args.report)
     return 0
 
 

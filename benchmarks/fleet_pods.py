@@ -2,14 +2,14 @@
 pod ``i`` on its own loopback address (127.0.0.0/8 is all loopback) and one shared port.
 
 Each pod's page is a real tritonserver scrape (``fleet_round_triton_scrape.txt``: tritonserver 2.51
-with this repository's model, written by ``fleet_round.py --capture-triton``) with the families the
-autoscaler reads given live values, plus the per-GPU families Triton adds on a GPU node; so a page
-has Triton's size and shape, and most of its lines are ones the autoscaler does not read. Every
-scrape is of a page advanced by a few requests' worth of traffic since the last, so each round's
-windows move.
+with this repository's model, written by ``python -m benchmarks.fleet_round --capture-triton``) with
+the families the autoscaler reads given live values, plus the per-GPU families Triton adds on a GPU
+node; so a page has Triton's size and shape, and most of its lines are ones the autoscaler does not
+read. Every scrape is of a page advanced by a few requests' worth of traffic since the last, so each
+round's windows move.
 
-Run by ``fleet_round.py``: ``python benchmarks/fleet_pods.py --pods N --port P``; prints ``ready``
-once every address listens and serves until its stdin closes.
+Run by :mod:`benchmarks.fleet_round`: ``python -m benchmarks.fleet_pods --pods N --port P``; prints
+``ready`` once every address listens and serves until its stdin closes.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ import os
 import random
 import sys
 from bisect import bisect_left
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Final
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from autoscaler.collect.exposition import (  # noqa: E402
+from autoscaler.collect.exposition import (
     COUNTER_SAMPLES,
     GAUGE_FAMILIES,
     HISTOGRAM_FAMILIES,
@@ -163,7 +162,11 @@ class FleetPod:
         return f"{name}{{{_LABELS}}} {value}\n"
 
     def exposition(self) -> str:
-        parts = {"text": lambda text: text, "family": self._family, "gpu": lambda _: self.gpu}
+        parts: dict[str, Callable[[str], str]] = {
+            "text": lambda text: text,
+            "family": self._family,
+            "gpu": lambda _: self.gpu,
+        }
         return "".join(parts[kind](value) for kind, value in _TEMPLATE)
 
 
@@ -206,7 +209,7 @@ async def serve(pods: int, port: int, seed: int) -> None:
     servers = []
     for i in range(pods):
         pod = FleetPod(i, random.Random(seed * 1_000_003 + i))
-        servers.append(await loop.create_server(lambda pod=pod: _PodProtocol(pod), address(i), port, backlog=16))
+        servers.append(await loop.create_server(partial(_PodProtocol, pod), address(i), port, backlog=16))
     print("ready", flush=True)
     await loop.run_in_executor(None, sys.stdin.read)  # until the benchmark closes our stdin
     for server in servers:

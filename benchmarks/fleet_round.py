@@ -1,17 +1,18 @@
 """Fleet scale: one control round of the direct source over 100, 300 and 1,000 Triton pods, each stage
 timed, and the code it replaced measured on the same samples.
 
-    python benchmarks/fleet_round.py --json benchmarks/results/fleet_round.json --report benchmarks/fleet_round.md
-    python benchmarks/fleet_round.py --render benchmarks/results/fleet_round.json    # the report, from results
-    python benchmarks/fleet_round.py --capture-triton    # refresh fleet_round_triton_scrape.txt (needs tritonserver)
+    python -m benchmarks.fleet_round --json benchmarks/results/fleet_round.json --report benchmarks/fleet_round.md
+    python -m benchmarks.fleet_round --render benchmarks/results/fleet_round.json    # the report, from results
+    python -m benchmarks.fleet_round --capture-triton    # refresh fleet_round_triton_scrape.txt (needs tritonserver)
 
-A fake fleet (``fleet_pods.py``, its own process) serves each pod on its own loopback address. Each
-round calls what ``DirectSource.read`` calls, in its order, timing each: ``Scraper.scrape`` over the
-pods, ``parse_exposition`` of each page, ``WindowAggregator.record`` and ``window``; then the
-``pertoken`` policy decides. The clock of the windows is simulated (5 s a round), so rounds follow
+A fake fleet (:mod:`benchmarks.fleet_pods`, its own process) serves each pod on its own loopback
+address. Each round calls what ``DirectSource.read`` calls, in its order, timing each:
+``Scraper.scrape`` over the pods, ``parse_exposition`` of each page, ``WindowAggregator.record`` and
+``window``; then the ``pertoken`` policy decides. The clock of the windows is simulated (5 s a round), so rounds follow
 each other at once and the window fills in ``WARMUP`` rounds. A second pass feeds the same samples
-to the reference aggregator and parses the same pages with prometheus-client's parser (both kept in
-tests/autoscaler/), and checks that their results equal the new code's.
+to the reference aggregator and parses the same pages with prometheus-client's parser
+(:mod:`benchmarks.reference_window`, :mod:`benchmarks.reference_exposition`), and checks that their
+results equal the new code's.
 
 The numbers are in the JSON; the report's prose is :func:`render`'s, from the JSON alone.
 """
@@ -24,7 +25,6 @@ import http.client
 import json
 import math
 import os
-import platform
 import random
 import ssl
 import statistics
@@ -34,54 +34,32 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "autoscaler"))
-
-import fleet_pods  # noqa: E402
-from reference_exposition import reference_parse_exposition  # noqa: E402
-from reference_window import ReferenceWindowAggregator  # noqa: E402
-
-from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats, stale_after  # noqa: E402
-from autoscaler.collect.exposition import parse_exposition  # noqa: E402
-from autoscaler.collect.scrape import CONCURRENCY, Scraper  # noqa: E402
-from autoscaler.config import ScalerSpec, SourceSpec  # noqa: E402
-from autoscaler.policy import build_policy  # noqa: E402
+from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats, stale_after
+from autoscaler.collect.exposition import parse_exposition
+from autoscaler.collect.scrape import CONCURRENCY, Scraper
+from autoscaler.config import ScalerSpec, SourceSpec
+from autoscaler.policy import build_policy
+from benchmarks import fleet_pods, harness
+from benchmarks.reference_exposition import reference_parse_exposition
+from benchmarks.reference_window import ReferenceWindowAggregator
 
 SIZES = (100, 300, 1000)
 ROUNDS = 25
 WARMUP = 13  # rounds that fill the 60 s window at 5 s a round, plus the baseline
 REFERENCE_ROUNDS = 6  # rounds of the reference pass that are timed (its window costs seconds at 1,000 pods)
 INTERVAL = 5.0  # the chart's loop.interval
-MEASURED_FILES = ("autoscaler", "benchmarks/fleet_pods.py", "benchmarks/fleet_round.py")
-
-
-def machine() -> dict[str, Any]:
-    cpuinfo = Path("/proc/cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
-    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
-    return {
-        "cpu": model or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "memory_gib": round(int(meminfo["MemTotal"].split()[0]) / (1 << 20), 1),
-        "python": platform.python_version(),
-    }
-
-
-def revision() -> str:
-    """The commit measured, and whether the measured code differed from it."""
-    git = ["git", "-C", str(ROOT)]
-    commit = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    if commit.returncode != 0:
-        return "unknown"
-    changed = subprocess.run([*git, "status", "--porcelain", "--", *MEASURED_FILES], capture_output=True, text=True)
-    return commit.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else "")
+MEASURED_FILES = (
+    "autoscaler",
+    "benchmarks/fleet_pods.py",
+    "benchmarks/fleet_round.py",
+    "benchmarks/reference_exposition.py",
+    "benchmarks/reference_window.py",
+)
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -98,8 +76,10 @@ class Fleet:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
-        command = [sys.executable, str(Path(fleet_pods.__file__)), "--pods", str(pods), "--port", str(self.port)]
-        self.process = subprocess.Popen([*command, "--seed", str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        command = [sys.executable, "-m", "benchmarks.fleet_pods", "--pods", str(pods), "--port", str(self.port)]
+        self.process = subprocess.Popen(
+            [*command, "--seed", str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=harness.REPO
+        )
 
     def __enter__(self) -> Fleet:
         assert self.process.stdout is not None
@@ -210,7 +190,7 @@ class OtherClientScrape:
             tls = ssl.create_default_context()  # one, as building one reads the CA bundle
             clients = {pod: httpx.Client(timeout=timeout, verify=tls) for pod in targets}
             self._get: Callable[[str, str], str] = lambda pod, url: clients[pod].get(url).raise_for_status().text
-            self._close: Callable[[], None] = lambda: [c.close() for c in clients.values()] and None
+            self._open: list[httpx.Client | http.client.HTTPConnection] = list(clients.values())
         else:
             connections = {pod: http.client.HTTPConnection(urlsplit(url).netloc, timeout=timeout)
                            for pod, url in targets.items()}  # fmt: skip
@@ -221,14 +201,15 @@ class OtherClientScrape:
                 return connection.getresponse().read().decode()
 
             self._get = get
-            self._close = lambda: [c.close() for c in connections.values()] and None
+            self._open = list(connections.values())
 
     def __call__(self, targets: dict[str, str]) -> int:
         return len(list(self._pool.map(self._get, targets, targets.values())))
 
     def close(self) -> None:
         self._pool.shutdown()
-        self._close()
+        for connection in self._open:
+            connection.close()
 
 
 def reference_pass(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) -> dict[str, Any]:
@@ -291,9 +272,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             }
             print(json.dumps(results[str(pods)]["round"]["stages_ms"]), flush=True)
     return {
-        "machine": machine(),
+        "machine": harness.machine(),
         "date": str(date.today()),
-        "code": revision(),
+        "code": harness.revision(*MEASURED_FILES),
         "setup": {
             "sizes": list(args.sizes),
             "rounds": ROUNDS,
@@ -327,7 +308,7 @@ def _read_samples() -> set[str]:
 def per_pod_ms(results: dict[str, Any], stage: str) -> float:
     """The least-squares slope of a stage's median over the fleet sizes: ms per pod."""
     xs = [int(n) for n in results]
-    ys = [r["round"]["stages_ms"][stage]["median"] for r in results.values()]
+    ys: list[float] = [r["round"]["stages_ms"][stage]["median"] for r in results.values()]
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
 
@@ -415,8 +396,9 @@ def render(data: dict[str, Any]) -> str:
         "",
         f"A second pass of {setup['reference_rounds']} timed rounds (after the same {setup['warmup']} to fill the "
         "window) gives every round's samples to both aggregators and every page to both parsers: the "
-        "reference aggregator (which reduced every held sample at each `window`) and prometheus-client's text "
-        "parser over the whole page (the old `parse_exposition`), kept in `tests/autoscaler/`. Medians, ms; "
+        "reference aggregator (which reduced every held sample at each `window`, `benchmarks/reference_window.py`) "
+        "and prometheus-client's text parser over the whole page (the old `parse_exposition`, "
+        "`benchmarks/reference_exposition.py`). Medians, ms; "
         "the results are compared by the rule of `tests/autoscaler/test_incremental_windows.py`. Each "
         "aggregator's `record` + `window` is timed after a full garbage collection, so that neither pays for "
         "collecting the other's objects (the reference holds every sample of the window).",
@@ -459,7 +441,7 @@ def render(data: dict[str, Any]) -> str:
         f"beyond the {int(largest):,} measured, rounded down to a hundred; a busier node keeps fewer). Beyond, use "
         "`source.kind: prometheus` with the chart's recording rules (docs/autoscaler.md, Fleet scale).",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n"
 
 
 # --- the captured page -----------------------------------------------------------------------------
@@ -492,21 +474,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=sizes, default=SIZES, help="pod counts, e.g. 100,300,1000")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, help="write the results here")
-    parser.add_argument("--report", type=Path, help="write the report here")
-    parser.add_argument("--render", type=Path, help="render this results file instead of measuring")
     parser.add_argument("--capture-triton", action="store_true", help="refresh the captured tritonserver page")
+    harness.output_arguments(parser)
     args = parser.parse_args(argv)
     if args.capture_triton:
         capture_triton()
         return 0
-    data = json.loads(args.render.read_text()) if args.render else measure(args)
-    if args.json:
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
-    text = render(data)
-    print(text)
-    if args.report:
-        args.report.write_text(text + "\n")
+    harness.publish(render(harness.results(args, measure)), args.report)
     return 0
 
 

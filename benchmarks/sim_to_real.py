@@ -30,7 +30,6 @@ Run from the repository root: ``python -m benchmarks.sim_to_real`` (about 3-5 mi
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -39,7 +38,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
+from benchmarks import harness
 from nlgsim import plots
 from nlgsim.capacity import saturation_rate
 from nlgsim.profile import EngineProfile, load_profile
@@ -108,7 +109,9 @@ def calibrated(
     return served, first, step, per_sequence
 
 
-def compare(real_ttft: np.ndarray, real_tok: np.ndarray, table: RequestTable) -> dict[str, dict[str, float]]:
+def compare(
+    real_ttft: npt.NDArray[np.float64], real_tok: npt.NDArray[np.float64], table: RequestTable
+) -> dict[str, dict[str, float]]:
     metrics = {}
     for name, real, sim in (("TTFT", real_ttft, table.ttft), ("per-token latency", real_tok, table.per_token)):
         metrics[name] = {
@@ -172,9 +175,7 @@ def main() -> None:
     metrics = compare(real_ttft, real_tok, table)
     batches = [(batch_probe(0), batch_before), (batch_probe(1), batch_after)]
     sims = [lone_sim(profile, r) for r in probes]
-    served, first_s, step_s, seq_s = calibrated(
-        profile, [*probes, *probes], [*before, *after], [*sims, *sims], batches
-    )
+    served, first_s, step_s, seq_s = calibrated(profile, [*probes, *probes], [*before, *after], [*sims, *sims], batches)
     ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))
     cmetrics = compare(real_ttft, real_tok, ctable)
     figs = []
@@ -218,7 +219,7 @@ def main() -> None:
         "notes": "",
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    harness.write_json(args.out, result)
     print(
         f"serving overhead: {first_s * 1000:.1f} ms a prompt, {step_s * 1000:.1f} ms a step "
         f"+ {seq_s * 1000:.1f} ms a sequence in it; "

@@ -1,8 +1,8 @@
 """Soak: hold 64 streams on the served default for half an hour and watch the memory of every process.
 
-    nohup nice -n 10 .venv/bin/python benchmarks/soak.py --json benchmarks/results/soak.json \
+    nohup nice -n 10 .venv/bin/python -m benchmarks.soak --json benchmarks/results/soak.json \
         --png benchmarks/results/soak.png --report benchmarks/soak.md > /tmp/soak.log 2>&1 &
-    .venv/bin/python benchmarks/soak.py --render benchmarks/results/soak.json   # the report again
+    .venv/bin/python -m benchmarks.soak --render benchmarks/results/soak.json   # the report again
 
 A tritonserver on `model_repository/` as `nlg-triton` runs it (the config's preset unless `--preset`
 names one; CPU here) gets a closed loop of `--streams` gRPC streams: each finished request is
@@ -20,13 +20,10 @@ The verdict is computed from the samples: a process has plateaued when its RSS g
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import queue
 import random
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -34,9 +31,7 @@ from datetime import date
 from pathlib import Path
 from typing import Any, TypeVar
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "benchmarks"))
+from benchmarks import harness
 
 #: A process has plateaued when its RSS grew over the second half of the load by less than this
 #: fraction of itself or `PLATEAU_FLOOR_MB`, whichever is more (the floor keeps a 50 MB server's
@@ -157,18 +152,6 @@ def rss_parts(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, in
 def heap_sample(server: int, proc: Path = Path("/proc")) -> dict[str, dict[str, int]]:
     """`heap_kb` of each process that has a heap."""
     return by_process(server, heap_kb, proc)
-
-
-def machine(proc: Path = Path("/proc")) -> dict[str, Any]:
-    cpuinfo = (proc / "cpuinfo").read_text().splitlines()
-    model = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), "")
-    meminfo = dict(line.split(":", 1) for line in (proc / "meminfo").read_text().splitlines() if ":" in line)
-    return {
-        "cpu": model or platform.processor() or platform.machine(),
-        "cores": os.cpu_count(),
-        "memory_gib": round(int(meminfo["MemTotal"].split()[0]) / (1 << 20), 1),
-        "python": platform.python_version(),
-    }
 
 
 # --- the verdict ---------------------------------------------------------------------------------
@@ -360,8 +343,6 @@ class ClosedLoop:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    from engine_host_overhead import revision
-
     from triton_backend.launch import TritonServer
     from triton_backend.presets import preset_config
 
@@ -416,9 +397,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     config = preset_config(args.preset or config_parameter("preset"))
     kv_page = 2 * config.n_layer * 16 * config.n_embd * 4  # float32 on CPU, 16-token pages
     return {
-        "machine": machine(),
+        "machine": harness.machine(),
         "date": str(date.today()),
-        "code": revision(),
+        "code": harness.revision(),
         "setup": {
             "preset": args.preset or config_parameter("preset"),
             "streams": args.streams,
@@ -444,7 +425,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def config_parameter(key: str) -> str:
     """A parameter of the served model's config.pbtxt, as the server reads it without overrides."""
-    text = (REPO / "model_repository" / "gpt2" / "config.pbtxt").read_text()
+    text = (harness.REPO / "model_repository" / "gpt2" / "config.pbtxt").read_text()
     marker = f'key: "{key}" value: {{ string_value: "'
     return text.split(marker, 1)[1].split('"', 1)[0]
 
@@ -705,20 +686,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", help="NLG_PRESET for the server (default: the model config's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--server-log", type=Path, help="keep tritonserver's log here")
-    parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--png", type=Path, help="plot the results here")
-    parser.add_argument("--report", type=Path, help="write the report here")
-    parser.add_argument("--render", type=Path, help="render this results file instead of measuring")
+    harness.output_arguments(parser)
     args = parser.parse_args(argv)
-    results = json.loads(args.render.read_text()) if args.render else measure(args)
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    results = harness.results(args, measure)
     if args.png:
         plot(results, args.png)
-    text = render(results)
-    print(text)
-    if args.report:
-        args.report.write_text(text)
+    harness.publish(render(results), args.report)
     return 0
 
 

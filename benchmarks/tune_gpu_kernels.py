@@ -1,7 +1,7 @@
 """Measures, on this GPU, which kernel should run each projection and attention of a captured step, and
 writes the choices to triton_backend/gpu_configs.json under the device's name.
 
-    python benchmarks/tune_gpu_kernels.py --preset gpt2-xl --dtype float16 --json $OUT/tuning.json
+    python -m benchmarks.tune_gpu_kernels --preset gpt2-xl --dtype float16 --json $OUT/tuning.json
 
 For every projection shape of the preset and every decode row count, our streaming kernel (`linear`,
 with the residual add, LayerNorm and GELU fused where the step fuses them) in each candidate block
@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 import triton
 
+from benchmarks import harness
+from benchmarks.cuda_timing import event_seconds
 from triton_backend.gpu_configs import TABLE
 from triton_backend.gpu_kernels import (
     AttentionConfig,
@@ -133,15 +135,7 @@ def graph_time(call: Callable[[int], Any], count: int = ROTATE) -> float:
             for i in range(count):
                 call(i)
         torch.cuda.synchronize()
-        times = []
-        for _ in range(25):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graph.replay()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1000 / count)
-    return statistics.median(times)
+        return statistics.median(event_seconds(graph.replay) / count for _ in range(25))
 
 
 def _compile_shape(job: tuple[str, str, int]) -> int:
@@ -249,11 +243,11 @@ def main() -> int:
     linear_table, linear_rows = tune_linear(args.preset, dtype)
     attention_table, attention_rows = tune_attention(args.preset, dtype, args.context)
     device = torch.cuda.get_device_name()
-    tables = json.loads(args.table.read_text()) if args.table.is_file() else {}
+    tables = harness.read_json(args.table) if args.table.is_file() else {}
     tables[device] = {"preset": args.preset, "dtype": args.dtype, "linear": linear_table, "attention": attention_table}
-    args.table.write_text(json.dumps(tables, indent=1) + "\n")
+    harness.write_json(args.table, tables)
     if args.json:
-        args.json.write_text(json.dumps({"device": device, "linear": linear_rows, "attention": attention_rows}))
+        harness.write_json(args.json, {"device": device, "linear": linear_rows, "attention": attention_rows})
     return 0
 
 

@@ -6,20 +6,14 @@ from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 from prometheus_client import generate_latest
-from reference_exposition import reference_parse_exposition
 
 from autoscaler.aggregate import PodSample
 from autoscaler.collect.exposition import ExpositionError, gauge_totals, parse_exposition
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import fleet_pods  # noqa: E402
+from benchmarks import fleet_pods
+from benchmarks.reference_exposition import reference_parse_exposition
 
 
 def comparable(sample: PodSample) -> str:

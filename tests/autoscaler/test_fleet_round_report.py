@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import fleet_pods, fleet_round
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-import fleet_pods  # noqa: E402
-import fleet_round  # noqa: E402
-
 RESULTS = ROOT / "benchmarks" / "results" / "fleet_round.json"
 
 
 def test_the_fleet_report_is_what_its_results_render_to():
-    command = [sys.executable, str(ROOT / "benchmarks" / "fleet_round.py"), "--render", str(RESULTS)]
-    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
-    assert done.stdout == (ROOT / "benchmarks" / "fleet_round.md").read_text()
+    command = [sys.executable, "-m", "benchmarks.fleet_round", "--render", str(RESULTS)]
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120, cwd=ROOT)
+    assert done.stdout == (ROOT / "benchmarks" / "fleet_round.md").read_text() + "\n"
 
 
 def test_the_docs_fleet_size_is_the_benchmarks():
@@ -42,7 +39,7 @@ def families(text: str) -> set[str]:
 def test_the_fleets_pages_are_a_tritonserver_page_with_every_family_of_the_model():
     captured = families(fleet_pods.TRITON_SCRAPE.read_text())
     documented = set(re.findall(r"^\| `(nlg_[a-z_]+)` \|", (ROOT / "docs" / "metrics.md").read_text(), re.M))
-    assert documented <= captured, "recapture: python benchmarks/fleet_round.py --capture-triton"
+    assert documented <= captured, "recapture: python -m benchmarks.fleet_round --capture-triton"
     assert {"nv_inference_count", "nv_inference_pending_request_count"} <= captured
     pod = fleet_pods.FleetPod(0, random.Random(0))
     pod.advance()

@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from reference_window import ReferenceWindowAggregator
 
 from autoscaler.aggregate import COUNTERS, Histogram, LatencyStats, PodSample, WindowAggregator, WindowStats
+from benchmarks.reference_window import ReferenceWindowAggregator
 
 INF = math.inf
 LAYOUTS = [(0.01, 0.02, 0.05, 0.1, INF), (0.01, 0.05, 0.1, 0.5, INF), (0.02, 0.1, INF)]

@@ -76,9 +76,9 @@ def test_the_committed_choices_are_what_the_committed_tuning_measured():
 
 def test_the_gpu_report_is_what_its_results_render_to():
     command = [
-        sys.executable, str(ROOT / "benchmarks" / "engine_gpu.py"), "--render",
+        sys.executable, "-m", "benchmarks.engine_gpu", "--render",
         str(RESULTS / "engine_gpu.json"), str(RESULTS / "engine_gpu_compile.json"),
         "--tuning", str(RESULTS / "tune_gpu_kernels.json"),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120)
+    done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120, cwd=ROOT)
     assert done.stdout == (ROOT / "benchmarks" / "engine_gpu.md").read_text() + "\n"

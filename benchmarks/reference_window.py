@@ -2,8 +2,9 @@
 is reduced again at each ``window(now)``, O(pods x samples held) per round.
 
 Kept as the reference the incremental :class:`autoscaler.aggregate.WindowAggregator` must agree with
-(tests/autoscaler/test_incremental_windows.py); it is the code the issue measured, unchanged except
-for its name. The result types and :func:`~autoscaler.aggregate.latency_stats` are the module's own.
+(tests/autoscaler/test_incremental_windows.py) and is measured against (:mod:`benchmarks.fleet_round`);
+it is the code the issue measured, unchanged except for its name. The result types and
+:func:`~autoscaler.aggregate.latency_stats` are the module's own.
 """
 
 from __future__ import annotations

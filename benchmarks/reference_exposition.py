@@ -1,7 +1,8 @@
 """The exposition parser as it was before the fleet-scale one: prometheus-client's text parser over
 the whole scrape, then the mapping of :mod:`autoscaler.collect.exposition`.
 
-Kept as the reference the line parser must agree with (tests/autoscaler/test_exposition_parser.py).
+Kept as the reference the line parser must agree with (tests/autoscaler/test_exposition_parser.py)
+and is measured against (:mod:`benchmarks.fleet_round`).
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ def run(params: SamplingParams, args: argparse.Namespace, width: int, rounds: in
     """`rounds` times, `args.streams` requests at once run to completion on one engine."""
     streams = args.streams
     runner = InstantRunner(2 * streams, width, streams * -(-(args.prompt + args.output) // PAGE_SIZE))
-    engine = Engine(runner, token_bytes(), SchedulerConfig(max_num_seqs=streams), time.perf_counter)  # type: ignore[arg-type]
+    engine = Engine(runner, token_bytes(), SchedulerConfig(max_num_seqs=streams), time.perf_counter)
     engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
     while engine.has_work:
         engine.step()

@@ -31,7 +31,9 @@ class BuiltEngine:
 
     @property
     def runner(self) -> GPT2Runner:
-        return self.engine.runner
+        runner = self.engine.runner
+        assert isinstance(runner, GPT2Runner)  # engine_on always builds one
+        return runner
 
 
 def build_engine(

@@ -1,4 +1,4 @@
-"""The engine on one CUDA GPU, gpt2-xl in fp16, against the HBM-bandwidth roofline; all in one run.
+r"""The engine on one CUDA GPU, gpt2-xl in fp16, against the HBM-bandwidth roofline; all in one run.
 
     python -m benchmarks.engine_gpu --parts steps runs triton compile --json $OUT/engine_gpu.json
     python -m benchmarks.engine_gpu --render benchmarks/results/engine_gpu.json \

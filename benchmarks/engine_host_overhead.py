@@ -1,4 +1,4 @@
-"""The host's own work in `Engine.step` (scheduling, the runner's inputs, sampling, detokenizing,
+r"""The host's own work in `Engine.step` (scheduling, the runner's inputs, sampling, detokenizing,
 the outputs), without the model: a stand-in runner hands back precomputed logits at once.
 
     .venv/bin/python -m benchmarks.engine_host_overhead --json benchmarks/results/engine_host_overhead.json \

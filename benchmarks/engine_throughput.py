@@ -1,4 +1,4 @@
-"""Engine throughput and latency on this machine: our continuous-batching engine against
+r"""Engine throughput and latency on this machine: our continuous-batching engine against
 one-request-at-a-time transformers `generate`, transformers' own continuous batching, and the same
 load through a real tritonserver (gRPC streaming), all measured in one run.
 

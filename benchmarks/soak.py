@@ -1,4 +1,4 @@
-"""Soak: hold 64 streams on the served default for half an hour and watch the memory of every process.
+r"""Soak: hold 64 streams on the served default for half an hour and watch the memory of every process.
 
     nohup nice -n 10 .venv/bin/python -m benchmarks.soak --json benchmarks/results/soak.json \
         --png benchmarks/results/soak.png --report benchmarks/soak.md > /tmp/soak.log 2>&1 &

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import statistics
@@ -245,9 +246,10 @@ def render(results: dict[str, Any]) -> str:
     lines = [
         f"# Engine throughput, {setup['preset']} preset (random weights, seed 0), CPU fp32",
         "",
-        f"Machine: {results['machine']}. Measured {results['date']} with `benchmarks/engine_throughput.py`; "
-        f"{setup['prompt']} prompt and {setup['output']} output tokens per stream (ignore_eos), all streams arriving "
-        "at once.",
+        f"Machine: {results['machine']}. Measured {results['date']} at `{results['code']}` with "
+        f"`python -m benchmarks.engine_throughput` (1-minute load average {results['load_before']:.2f} when it "
+        f"started); {setup['prompt']} prompt and {setup['output']} output tokens per stream (ignore_eos), "
+        "all streams arriving at once.",
         "",
         "| path | streams | tokens/s | TTFT p50 / p99 ms | per-token p50 / p99 ms | ITL p50 / p99 ms | peak RSS MiB |",
         "|---|---|---|---|---|---|---|",
@@ -293,6 +295,7 @@ def ratios(at: int, rows: list[list[Any]], pairs: list[list[float]]) -> list[str
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     """Every path, each configuration in a child process of its own."""
+    load_before = os.getloadavg()[0]  # what else the machine was doing, for the report
     rows: list[list[Any]] = [
         ["hf-sequential", 1, run_worker("hf-sequential", args.preset, args.baseline_requests, args.prompt, args.output)]
     ]
@@ -313,6 +316,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "machine": machine(),
         "date": str(date.today()),
+        "code": harness.revision(),
+        "load_before": load_before,
         "setup": {key: getattr(args, key) for key in ("preset", "prompt", "output", "compare_at")},
         "rows": rows,
         "pairs": pairs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from triton_backend.presets import CONTEXT_LENGTH
 
@@ -65,6 +65,50 @@ class Limits:
 # Integers beyond these many bits are described, not printed (Python refuses to print some of them).
 _SHOWN_BITS = 128
 
+#: The largest integer a key takes where nothing tighter applies: the engine hands seeds to torch as int64.
+INT64_MAX: Final = 2**63 - 1
+
+
+def int_bounds(limits: Limits) -> dict[str, tuple[int, int]]:
+    """The inclusive range each integer key is checked against (max_tokens and min_tokens then meet
+    the prompt's share of the context and each other)."""
+    return {
+        "max_tokens": (1, limits.context_length),
+        "min_tokens": (0, limits.context_length),
+        "n": (1, limits.max_n),
+        "top_k": (0, INT64_MAX),
+        "no_repeat_ngram_size": (0, INT64_MAX),
+        "seed": (0, INT64_MAX),
+    }
+
+
+def show_range(low: int, high: int) -> str:
+    """``[0, 2^63-1]``: the form error messages and the README's table write a range in."""
+    return f"[{low}, {'2^63-1' if high == INT64_MAX else high}]"
+
+
+class HugeInt:
+    """A JSON integer of more digits than Python converts (4300 by default): kept as its length, so
+    that the key it was given for is named in the error instead of the parser failing on it."""
+
+    def __init__(self, text: str) -> None:
+        self.digits = len(text.lstrip("-"))
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _parse_int(text: str) -> int | HugeInt:
+    try:
+        return int(text)
+    except ValueError:
+        return HugeInt(text)
+
+
+def loads(text: str) -> Any:
+    """``json.loads`` whose integers past Python's digit limit become :class:`HugeInt`."""
+    return json.loads(text, parse_int=_parse_int)
+
 
 def show(value: Any) -> str:
     """A client's value for an error message, kept short whatever the client sent."""
@@ -78,10 +122,11 @@ def show(value: Any) -> str:
 class _Checker:
     errors: list[str] = field(default_factory=list)
 
-    def int_field(self, raw: dict[str, Any], key: str, default: int, minimum: int, rule: str) -> int:
+    def int_field(self, raw: dict[str, Any], key: str, default: int, bounds: tuple[int, int], note: str = "") -> int:
         value = raw.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value >= 2**63:
-            self.errors.append(f"{key}: must be an integer {rule}, got {show(value)}")
+        low, high = bounds
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.errors.append(f"{key}: must be an integer in {show_range(low, high)}{note}, got {show(value)}")
             return default
         return value
 
@@ -112,15 +157,13 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
         raise InvalidRequest([f"sampling_parameters: at most {limits.max_parameters_bytes} bytes of JSON"])
     else:
         try:
-            raw = json.loads(text)
+            raw = loads(text)
         except json.JSONDecodeError as err:
             raise InvalidRequest(
                 [f"sampling_parameters: must be a JSON object, got invalid JSON ({err})"]
             ) from err
         except RecursionError as err:
             raise InvalidRequest(["sampling_parameters: must be a flat JSON object, got one nested too deep"]) from err
-        except ValueError as err:  # an integer of more digits than Python converts
-            raise InvalidRequest([f"sampling_parameters: must be a JSON object of plain values ({err})"]) from err
     if not isinstance(raw, dict):
         raise InvalidRequest([f"sampling_parameters: must be a JSON object, got {type(raw).__name__}"])
     # Triton's vLLM clients send every value as a string of JSON at times ("max_tokens": "32").
@@ -130,13 +173,12 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
     if unknown:
         check.errors.append(f"sampling_parameters: unknown keys {show(unknown)}; allowed: {', '.join(_ALLOWED)}")
 
-    max_tokens = check.int_field(raw, "max_tokens", 16, 1, ">= 1")
-    min_tokens = check.int_field(raw, "min_tokens", 0, 0, ">= 0")
-    n = check.int_field(raw, "n", 1, 1, f"in [1, {limits.max_n}]")
-    if n > limits.max_n:
-        check.errors.append(f"n: must be an integer in [1, {limits.max_n}], got {n}")
-    top_k = check.int_field(raw, "top_k", 0, 0, ">= 0 (0 disables top-k)")
-    ngram = check.int_field(raw, "no_repeat_ngram_size", 0, 0, ">= 0 (0 disables it)")
+    bounds = int_bounds(limits)
+    max_tokens = check.int_field(raw, "max_tokens", 16, bounds["max_tokens"])
+    min_tokens = check.int_field(raw, "min_tokens", 0, bounds["min_tokens"], " and <= max_tokens")
+    n = check.int_field(raw, "n", 1, bounds["n"])
+    top_k = check.int_field(raw, "top_k", 0, bounds["top_k"], " (0 disables top-k)")
+    ngram = check.int_field(raw, "no_repeat_ngram_size", 0, bounds["no_repeat_ngram_size"], " (0 disables it)")
     temperature = check.float_field(raw, "temperature", 1.0, " >= 0 (0 is greedy)")
     if temperature is not None and temperature < 0:
         check.errors.append(f"temperature: must be a finite number >= 0 (0 is greedy), got {temperature}")
@@ -163,9 +205,9 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
         check.errors.append(f"stop: each string at most {limits.max_stop_chars} characters")
 
     seed = raw.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63):
-        check.errors.append(f"seed: must be an integer in [0, 2^63), got {show(seed)}")
-        seed = None
+    if seed is not None:
+        seed = check.int_field(raw, "seed", -1, bounds["seed"])
+        seed = None if seed < 0 else seed
     ignore_eos = raw.get("ignore_eos", False)
     if not isinstance(ignore_eos, bool):
         check.errors.append(f"ignore_eos: must be true or false, got {show(ignore_eos)}")
@@ -195,10 +237,10 @@ def parse_sampling_params(text: str | None, prompt_tokens: int, limits: Limits) 
 def _unquote(value: Any) -> Any:
     if isinstance(value, str):
         try:
-            decoded = json.loads(value)
-        except (ValueError, RecursionError):  # not JSON, or a number Python will not convert: kept as text
+            decoded = loads(value)
+        except (ValueError, RecursionError):  # not JSON: kept as text
             return value
         # Only numbers and booleans are unquoted: a stop string "1" stays a string.
-        if isinstance(decoded, bool | int | float):
+        if isinstance(decoded, bool | int | float | HugeInt):
             return decoded
     return value

@@ -47,8 +47,8 @@ from benchmarks import harness
 from benchmarks.cuda_timing import event_seconds
 from benchmarks.engine_throughput import drive, quantiles
 from triton_backend.engine_factory import build_engine
+from triton_backend.model_runner import DecodeInput
 from triton_backend.presets import preset_config
-from triton_backend.runner import DecodeInput
 from triton_backend.settings import ModelSettings, load_settings
 
 GPU = torch.device("cuda")
@@ -204,12 +204,7 @@ def engine_runs(preset: str, dtype: str, streams: list[int], prompt: int, output
     ]
     runs = []
     for name, chosen, counts in variants:
-        built = build_engine(chosen, GPU, clock=time.perf_counter)
-        if name == "prefill outside graphs":
-            from triton_backend.graph_steps import GraphSteps
-
-            runner = built.runner
-            runner.graphs = GraphSteps(runner.model, built.engine.cache, runner.scales, chosen.max_num_seqs)
+        built = build_engine(chosen, GPU, clock=time.perf_counter, prefill_in_graphs=name != "prefill outside graphs")
         for count in counts:
             runs.append(engine_run(built, roof, name, count, prompt, output))
             print(json.dumps(runs[-1]), flush=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import Protocol
 
 import torch
 
@@ -18,24 +17,12 @@ from triton_backend.detokenizer import TextStream
 from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.model_runner import DecodeInput, ModelRunner, PrefillInput
 from triton_backend.outputs import RequestOutput
-from triton_backend.runner import DecodeInput, PrefillInput
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
 from triton_backend.sequence import Request, Sequence
-
-
-class ModelRunner(Protocol):
-    """What the engine needs of the model: its KV cache, and one forward pass over a step's decode rows
-    and prefill chunks (`runner.GPT2Runner` serves; the host-overhead benchmark brings an instant one)."""
-
-    @property
-    def cache(self) -> PagedKVCache: ...
-
-    def step(
-        self, decode: list[DecodeInput], chunks: list[PrefillInput]
-    ) -> tuple[torch.Tensor | None, torch.Tensor | None]: ...
 
 
 class Engine:

@@ -16,8 +16,9 @@ from transformers import GPT2LMHeadModel
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.model_runner import StepGraphs
 from triton_backend.presets import ModelInfo, build_model, parse_dtype
-from triton_backend.runner import GPT2Runner, cache_shape
+from triton_backend.runner import GPT2Runner, attention_scales, cache_shape
 from triton_backend.scheduler import SchedulerConfig
 from triton_backend.settings import ModelSettings
 from triton_backend.tokenizer import token_bytes
@@ -37,7 +38,11 @@ class BuiltEngine:
 
 
 def build_engine(
-    settings: ModelSettings, device: torch.device, clock: Callable[[], float] = time.monotonic
+    settings: ModelSettings,
+    device: torch.device,
+    clock: Callable[[], float] = time.monotonic,
+    *,
+    prefill_in_graphs: bool = True,
 ) -> BuiltEngine:
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # graphs are captured on the current device
@@ -50,7 +55,7 @@ def build_engine(
     cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
     engine = engine_on(
         model, cache, settings.max_num_seqs, settings.prefill_chunk_tokens, clock,
-        cuda_graphs=settings.cuda_graphs, seed=settings.seed,
+        cuda_graphs=settings.cuda_graphs, seed=settings.seed, prefill_in_graphs=prefill_in_graphs,
     )  # fmt: skip
     return BuiltEngine(engine, info, max_n)
 
@@ -66,16 +71,28 @@ def engine_on(
     seed: int = 0,
     pack_cpu: bool = True,
     predictor: LengthPredictor | None = None,
+    prefill_in_graphs: bool = True,
 ) -> Engine:
     """The runner, scheduler and engine around a model and a cache already made; `build_engine` sizes
     those from the settings, tests and benchmarks bring their own (a small cache, a model they keep a
-    reference copy of). Graphs, when on, cover every decode batch and every prefill chunk served."""
-    runner = GPT2Runner(
-        model,
-        cache,
-        graph_batch=max_num_seqs if cuda_graphs else 0,
-        graph_prefill_tokens=prefill_chunk_tokens if cuda_graphs else 0,
-        pack_cpu=pack_cpu,
-    )
+    reference copy of). Graphs, when on, cover every decode batch, and every prefill chunk served
+    unless `prefill_in_graphs` is off (the GPU report's step before mixed graphs)."""
+    prefill = prefill_chunk_tokens if prefill_in_graphs else 0
+    graphs = graph_steps(model, cache, max_num_seqs, prefill) if cuda_graphs else None
+    runner = GPT2Runner(model, cache, graphs=graphs, pack_cpu=pack_cpu)
     scheduler = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
     return Engine(runner, token_bytes(), scheduler, clock=clock, seed=seed, predictor=predictor)
+
+
+def graph_steps(model: GPT2LMHeadModel, cache: PagedKVCache, max_batch: int, prefill_tokens: int) -> StepGraphs | None:
+    """CUDA graphs of decode batches up to `max_batch` (and steps with up to `prefill_tokens` prefill
+    tokens beside them), captured now; None on the CPU or without the GPU kernels."""
+    if cache.k.device.type != "cuda":
+        return None
+    # Imported here: CPU-only processes need neither the kernels nor their compilation.
+    from triton_backend import gpu_kernels
+    from triton_backend.graph_steps import GraphSteps
+
+    if not gpu_kernels.available():
+        return None
+    return GraphSteps(model, cache, attention_scales(model), max_batch, prefill_tokens)

@@ -38,7 +38,7 @@ from triton_backend.gpu_kernels import (
     store_kv,
 )
 from triton_backend.kv_cache import PagedKVCache
-from triton_backend.runner import DecodeInput, PrefillInput
+from triton_backend.model_runner import DecodeInput, PrefillInput
 
 _DECODE_BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256)
 _MIXED_BUCKETS = (16, 32, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 1536, 2048, 3072, 4096)

@@ -3,16 +3,15 @@
 The layers (layer norms, projections, MLP) are the transformers modules with their weights; only
 attention is ours, because it reads and writes each sequence's own pages at its own position. That is
 what lets sequences of different lengths decode together in one batch. The gather index of a step is
-built once and serves every layer. On a GPU, steps replay CUDA graphs instead (graph_steps);
-on the CPU in float32 the projections and the LM head run through oneDNN with packed weights
-(cpu_linear), swapped into the model when the runner is built.
+built once and serves every layer. On a GPU, steps replay CUDA graphs instead (`graph_steps`, which
+`engine_factory` builds and hands in); on the CPU in float32 the projections and the LM head run
+through oneDNN with packed weights (cpu_linear), swapped into the model when the runner is built.
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -20,9 +19,7 @@ from transformers import GPT2LMHeadModel
 
 from triton_backend import cpu_linear
 from triton_backend.kv_cache import CacheShape, PagedKVCache
-
-if TYPE_CHECKING:
-    from triton_backend.graph_steps import GraphSteps
+from triton_backend.model_runner import DecodeInput, PrefillInput, StepGraphs
 
 
 def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
@@ -36,24 +33,17 @@ def cache_shape(model: GPT2LMHeadModel) -> CacheShape:
     )
 
 
-@dataclass(frozen=True)
-class DecodeInput:
-    pages: list[int]  # the sequence's page table
-    token_id: int  # the last token, to cache at `position`
-    position: int
-
-
-@dataclass(frozen=True)
-class PrefillInput:
-    pages: list[int]  # the sequence's page table
-    token_ids: list[int]  # the tokens to cache, at positions start..
-    start: int
+def attention_scales(model: GPT2LMHeadModel) -> list[float]:
+    """Each layer's attention scale, as transformers' GPT-2 applies it."""
+    config = model.config
+    base = 1.0 / (config.n_embd // config.n_head) ** 0.5 if config.scale_attn_weights else 1.0
+    by_layer = config.scale_attn_by_inverse_layer_idx
+    return [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
 
 
 class GPT2Runner:
-    """`graph_batch` > 0 on a CUDA device: steps of up to that many decoding sequences, and with
-    `graph_prefill_tokens` > 0 up to that many prefill tokens beside them, replay CUDA graphs
-    (`graph_steps`); otherwise, and on the CPU, they run eagerly over a gathered cache.
+    """With `graphs`, a step they hold replays them (`graph_steps.GraphSteps` on a CUDA device);
+    every other step runs eagerly over a gathered cache.
 
     The runner owns `model` from then on: on the CPU in float32 (and with `pack_cpu`) its projections
     are replaced in place by oneDNN-packed ones, sized for batches of `batch_hint` rows.
@@ -63,8 +53,7 @@ class GPT2Runner:
         self,
         model: GPT2LMHeadModel,
         cache: PagedKVCache,
-        graph_batch: int = 0,
-        graph_prefill_tokens: int = 0,
+        graphs: StepGraphs | None = None,
         pack_cpu: bool = True,
         batch_hint: int = 16,
     ) -> None:
@@ -75,18 +64,9 @@ class GPT2Runner:
         self.n_head = config.n_head
         self.head_dim = config.n_embd // config.n_head
         self.page_size = cache.shape.page_size
-        base = 1.0 / self.head_dim**0.5 if config.scale_attn_weights else 1.0
-        by_layer = config.scale_attn_by_inverse_layer_idx
-        self.scales = [base / (i + 1) if by_layer else base for i in range(config.n_layer)]
+        self.scales = attention_scales(model)
         self.packed_linears = cpu_linear.pack_cpu_linears(model, batch_hint) if pack_cpu else 0
-        self.graphs: GraphSteps | None = None
-        if graph_batch > 0 and self.device.type == "cuda":
-            # Imported here: CPU-only processes need neither the kernels nor their compilation.
-            from triton_backend import gpu_kernels
-            from triton_backend.graph_steps import GraphSteps
-
-            if gpu_kernels.available():
-                self.graphs = GraphSteps(model, cache, self.scales, graph_batch, graph_prefill_tokens)
+        self.graphs = graphs
 
     @torch.inference_mode()
     def step(

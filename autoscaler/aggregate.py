@@ -46,10 +46,13 @@ from typing import Any, Final, Generic, TypeVar
 
 from autoscaler.bucket_deltas import Delta, Point, combine, merge_pods, point, regular, step, telescoped
 
-#: Histogram families (short names) the Triton model emits, see docs/metrics.md.
-LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl")
-#: Counters whose increase over the window is summed over pods (the planner's mix of lengths).
-COUNTERS: Final[tuple[str, ...]] = ("prompt_tokens", "generation_tokens", "finished")
+#: Latency histograms (short names): the Triton model's (docs/metrics.md), and Triton's queue time
+#: (``autoscaler.collect.backends``).
+LATENCY_HISTOGRAMS: Final[tuple[str, ...]] = ("request", "pertoken", "ttft", "itl", "queue")
+#: Counters whose increase over the window is summed over pods (the planner's mix of lengths;
+#: ``finished_tokens``, the tokens of the requests that finished, where a backend derives per-token
+#: latency from them).
+COUNTERS: Final[tuple[str, ...]] = ("prompt_tokens", "generation_tokens", "finished", "finished_tokens")
 
 
 @dataclass(frozen=True)
@@ -129,9 +132,10 @@ def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
 
     Linear interpolation inside the bucket holding the rank; the first bucket starts at 0; a rank in
     the ``+Inf`` bucket returns the highest finite bound (there is nothing to interpolate towards).
+    Fewer than two buckets (a mean-only latency is its ``+Inf`` bucket alone) is NaN, as in Prometheus.
     """
     pairs = sorted(buckets)
-    if not pairs or pairs[-1][1] <= 0:
+    if len(pairs) < 2 or pairs[-1][1] <= 0:
         return math.nan
     total = pairs[-1][1]
     rank = q * total

@@ -9,10 +9,15 @@ Rules: a pod that fails to answer within ``timeout`` is left out of the round (i
 aggregator) and reported through ``on_error``; if every pod fails, :class:`~autoscaler.collect.SourceError`
 is raised. A Service with no endpoints is no data, not an error (it may be scaled to zero). One
 round (one ``now``) scrapes each pod once, however many models are read from it.
+
+Each page is read through a backend's names (:mod:`autoscaler.collect.backends`); with ``auto`` the
+first page that has one's marker series for the model picks it (logged once); until then a round
+reads nothing for that model (no data: the replicas are held).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -20,11 +25,13 @@ from kubernetes import client as k8s
 
 from autoscaler.aggregate import PodSample, WindowAggregator, WindowStats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
+from autoscaler.collect.backends import BACKENDS, Backend, detect
 from autoscaler.collect.exposition import ExpositionError, parse_exposition
 from autoscaler.collect.scrape import Scraper
 from autoscaler.kube import KubeError, call
 
 SERVICE_LABEL = "kubernetes.io/service-name"
+log = logging.getLogger(__name__)
 
 
 class TargetLister(Protocol):
@@ -105,7 +112,12 @@ class DirectSource:
         stale_after: float,
         on_error: ErrorCallback = ignore_error,
         scraper: Scraper | None = None,
+        backend: str = "nlg",
     ) -> None:
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}: must be auto or one of {', '.join(BACKENDS)}")
+        self._backend = backend
+        self._backends: dict[str, Backend] = {}
         self._lister = lister
         self._stale_after = stale_after
         self._on_error = on_error
@@ -122,27 +134,51 @@ class DirectSource:
         self._round = (now, result.texts, list(result.errors.values()))
         return result.texts, list(result.errors.values())
 
+    def backend(self, model_id: str) -> Backend | None:
+        """The backend ``model_id``'s pages are read with: the configured one, or the one detected
+        (None while ``auto`` has found none)."""
+        if self._backend != "auto":
+            return BACKENDS[self._backend]
+        return self._backends.get(model_id)
+
+    def _detect(self, model_id: str, texts: dict[str, str]) -> Backend | None:
+        found = self.backend(model_id)
+        if found is None:
+            for pod, text in texts.items():
+                found = detect(text, model_id)
+                if found is not None:
+                    self._backends[model_id] = found
+                    log.info("metrics.backend auto: %s found for model %s on %s", found.name, model_id, pod)
+                    break
+        return found
+
     def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
         texts, errors = self._scrape(now)
+        backend = self._detect(model_id, texts)
         aggregator = self._aggregators.get(model_id)
         if aggregator is None:
             aggregator = self._aggregators[model_id] = WindowAggregator(time_window, self._stale_after)
         aggregator.time_window = time_window
         samples: dict[str, PodSample] = {}
+        if backend is None:
+            if errors and not texts:
+                raise SourceError("; ".join(errors))
+            return aggregator.window(now)
         for pod, text in texts.items():
             try:
-                samples[pod] = parse_exposition(text, model_id)
+                samples[pod] = parse_exposition(text, model_id, backend)
             except ExpositionError as e:
                 errors = [*errors, f"{pod}: {e}"]
                 self._on_error(pod, str(e))
         aggregator.record(now, samples)
         if errors and not samples:
             raise SourceError("; ".join(errors))
-        return aggregator.window(now)
+        return backend.derive(aggregator.window(now))
 
     def forget(self, model_id: str) -> None:
         """Drops a model's history (its target was deleted)."""
         self._aggregators.pop(model_id, None)
+        self._backends.pop(model_id, None)
 
     def close(self) -> None:
         self._scraper.close()

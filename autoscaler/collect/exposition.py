@@ -1,13 +1,18 @@
 """Turns one Triton pod's Prometheus exposition text into a :class:`~autoscaler.aggregate.PodSample`.
 
-This module owns the mapping from the metric names of ``docs/metrics.md`` to the short names the
-aggregator and the policies use, and the rules for series that do not fit one-to-one:
+This module owns reading a page through a backend's mapping (:mod:`autoscaler.collect.backends`:
+this project's names of ``docs/metrics.md`` by default, vLLM's, TensorRT-LLM's or Triton's own) to the
+short names and seconds the aggregator and the policies use, and the rules for series that do not
+fit one-to-one:
 
 - Only series whose ``model`` label is the scaled model count.
 - Counters (``_total``) are summed over their labels: finished requests over every ``finish_reason``.
 - Several series where one was expected (the model's versions, each its own ``version`` label)
   are summed: every version serves traffic. ``kv_usage`` is averaged instead: it is a ratio.
-- Histogram buckets are matched on their ``le`` label (``+Inf`` included), merged over versions.
+- Histogram buckets are matched on their ``le`` label (``+Inf`` included), merged over versions;
+  a family in ms or us has its bounds and ``_sum`` scaled to seconds.
+- A gauge or counter the backend selects by a label (``request_type="waiting"``) reads only the
+  series with that value.
 - A NaN or Inf sample is passed on as is; the aggregator ignores it (see :mod:`autoscaler.aggregate`).
 
 Only the lines of the families read here are parsed: a Triton pod's scrape is mostly Triton's own
@@ -21,42 +26,51 @@ every round repeats the same ones. A kept line that is not exposition format rai
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Iterable
 from typing import Final
 
 from autoscaler.aggregate import Histogram, PodSample
+from autoscaler.collect.backends.base import AVERAGED, Backend
+from autoscaler.collect.backends.nlg import COUNTER_SAMPLES, GAUGE_FAMILIES, HISTOGRAM_FAMILIES, NLG
 
-#: Triton model metric family -> the aggregator's histogram name.
-HISTOGRAM_FAMILIES: Final[dict[str, str]] = {
-    "nlg_request_latency_seconds": "request",
-    "nlg_time_per_output_token_seconds": "pertoken",
-    "nlg_time_to_first_token_seconds": "ttft",
-    "nlg_inter_token_latency_seconds": "itl",
-}
-#: Triton model gauge -> the aggregator's gauge name.
-GAUGE_FAMILIES: Final[dict[str, str]] = {
-    "nlg_requests_waiting": "waiting",
-    "nlg_requests_running": "running",
-    "nlg_kv_cache_usage_ratio": "kv_usage",
-    # 1 per model instance: the replicas serving, where one pod holds several (the Triton actuator).
-    "nlg_model_info": "instances",
-}
-#: Triton model counter sample -> the aggregator's counter name (all ``finish_reason`` values summed).
-COUNTER_SAMPLES: Final[dict[str, str]] = {
-    "nlg_prompt_tokens_total": "prompt_tokens",
-    "nlg_generation_tokens_total": "generation_tokens",
-    "nlg_requests_finished_total": "finished",
-}
-_AVERAGED: Final = {"kv_usage"}
-#: Sample name -> (kind, short name): what :func:`parse_exposition` reads.
-_WANTED: Final[dict[str, tuple[str, str]]] = {
-    **{f"{family}_{part}": (part, short) for family, short in HISTOGRAM_FAMILIES.items()
-       for part in ("bucket", "sum", "count")},
-    **{family: ("gauge", short) for family, short in GAUGE_FAMILIES.items()},
-    **{sample: ("counter", short) for sample, short in COUNTER_SAMPLES.items()},
-}  # fmt: skip
+__all__ = [
+    "COUNTER_SAMPLES", "GAUGE_FAMILIES", "HISTOGRAM_FAMILIES",
+    "ExpositionError", "gauge_totals", "parse_exposition",
+]  # fmt: skip
+
+#: Where each series of a sample goes, for one backend: ``(sample, label value)`` -> ``(kind, short
+#: name, scale)``, kind one of ``bucket``, ``sum``, ``count``, ``gauge``, ``counter``.
+_Entries = dict[tuple[str, str], tuple[tuple[str, str, float], ...]]
+
+
+def _entries(backend: Backend) -> _Entries:
+    out: dict[tuple[str, str], list[tuple[str, str, float]]] = {}
+    for family, (short, scale) in backend.histograms.items():
+        for part in ("bucket", "sum", "count"):
+            out.setdefault((f"{family}_{part}", ""), []).append((part, short, scale))
+    for short, mean in backend.means.items():
+        out.setdefault((mean.sum_sample, ""), []).append(("sum", short, mean.scale))
+        out.setdefault((mean.count_sample, ""), []).append(("count", short, 1.0))
+    for (sample, _, value), short in backend.gauges.items():
+        out.setdefault((sample, value), []).append(("gauge", short, 1.0))
+    for (sample, _, value), short in backend.counters.items():
+        out.setdefault((sample, value), []).append(("counter", short, 1.0))
+    return {key: tuple(entries) for key, entries in out.items()}
+
+
+def _selectors(backend: Backend) -> dict[str, str]:
+    """Sample name -> the label whose value tells its series apart (``""``: none; ``le`` for buckets)."""
+    names = {sample: "" for sample, _ in _entries(backend)}
+    for family in backend.histograms:
+        names[f"{family}_bucket"] = "le"
+    for sample, label, _ in (*backend.gauges, *backend.counters):
+        names[sample] = label
+    return names
+
+
 _LABEL: Final = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(?:,|$)')
 _ESCAPE: Final = re.compile(r"\\(.)")
 _UNESCAPED: Final = {"n": "\n", "\\": "\\", '"': '"'}
@@ -92,7 +106,8 @@ def _value(tail: str, line: str) -> float:
     raise ExpositionError(f"not Prometheus text format: {line[:200]!r}")
 
 
-#: What one series is to a reader: (kind, short name, bucket bound or 0), or None (not read).
+#: What one series is to a reader: (sample name, its selecting label's value or "", bucket bound or
+#: 0), or None (not read).
 _Series = tuple[str, str, float] | None
 #: Distinct series a reader remembers per model, and models; past these it starts afresh.
 _MAX_SERIES: Final = 4096
@@ -111,10 +126,11 @@ class _Known:
 
 
 class _SeriesReader:
-    """Reads the samples of the families in ``names`` (sample name -> (kind, short name)) and
-    remembers what each series of a model is (keyed by the line's text up to its last ``}``)."""
+    """Reads the samples in ``names`` (sample name -> the label that tells its series apart, ``le``
+    for buckets, ``""`` for none) and remembers what each series of a model is (keyed by the line's
+    text up to its last ``}``)."""
 
-    def __init__(self, names: dict[str, tuple[str, str]]) -> None:
+    def __init__(self, names: dict[str, str]) -> None:
         self._names = names
         # One prefix test is cheaper than one per name; the names that merely share it are told
         # apart by the series cache below.
@@ -122,7 +138,7 @@ class _SeriesReader:
         self._known: dict[str, _Known] = {}
 
     def totals(self, text: str, model_id: str) -> list[tuple[tuple[str, str, float], float, float]]:
-        """Each series of ``model_id`` the page has, as ``(kind, short name, bucket bound or 0)``,
+        """Each series of ``model_id`` the page has, as ``(sample, label value, bucket bound or 0)``,
         with the sum and the number of its samples (series differing only in other labels, such as
         ``version``, are one), summed in the page's order."""
         known = self._known.get(model_id)
@@ -170,55 +186,75 @@ class _SeriesReader:
         name, brace, labels_text = head.partition("{")
         if not brace:
             raise ExpositionError(f"not Prometheus text format: {head[:200]!r}")
-        wanted = self._names.get(name)
-        if wanted is None:
+        label = self._names.get(name)
+        if label is None:
             return None  # a longer name that starts like a wanted one
         labels = _labels(labels_text)
         if labels.get("model") != model_id:
             return None
-        kind, short = wanted
-        if kind != "bucket":
-            return kind, short, 0.0
-        le = labels.get("le")
+        if not label:
+            return name, "", 0.0
+        le = labels.get(label)
         if le is None:
             return None
+        if label != "le":
+            return name, le, 0.0
         try:
-            return kind, short, float(le)
+            return name, "", float(le)
         except ValueError:
             raise ExpositionError(f"bucket bound le={le!r} is not a number in {head[:200]!r}") from None
 
 
-_READER: Final = _SeriesReader(_WANTED)
+class _Reading:
+    """One backend's reader and where its series go."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.reader = _SeriesReader(_selectors(backend))
+        self.entries = _entries(backend)
+        self.counts_only = {short for short in backend.means}
 
 
-def parse_exposition(text: str, model_id: str) -> PodSample:
-    """The histograms, gauges and counters of ``model_id`` in one scrape; families absent stay absent."""
+_READINGS: Final[dict[str, _Reading]] = {}
+
+
+def parse_exposition(text: str, model_id: str, backend: Backend = NLG) -> PodSample:
+    """The histograms, gauges and counters of ``model_id`` in one scrape, in ``backend``'s names
+    turned into the aggregator's short names and seconds; families absent stay absent.
+
+    A mean-only latency (:class:`~autoscaler.collect.backends.base.MeanOf`) is a histogram with only
+    the ``+Inf`` bucket: its window has a mean and no quantiles."""
+    reading = _READINGS.get(backend.name)
+    if reading is None:
+        reading = _READINGS[backend.name] = _Reading(backend)
     buckets: dict[str, dict[float, float]] = {}
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
-    for (kind, name, bound), total, n in _READER.totals(text, model_id):
-        if kind == "bucket":
-            buckets.setdefault(name, {})[bound] = total
-        elif kind == "sum":
-            sums[name] = total
-        elif kind == "count":
-            counts[name] = total
-        elif kind == "gauge":
-            gauges[name] = total / n if name in _AVERAGED else total
-        else:
-            counters[name] = total
+    for (sample, value, bound), total, n in reading.reader.totals(text, model_id):
+        for kind, name, scale in reading.entries.get((sample, value), ()):
+            if kind == "bucket":
+                buckets.setdefault(name, {})[bound * scale if scale != 1.0 else bound] = total
+            elif kind == "sum":
+                sums[name] = total * scale
+            elif kind == "count":
+                counts[name] = total
+            elif kind == "gauge":
+                gauges[name] = total / n if name in AVERAGED else total
+            else:
+                counters[name] = total
     histograms = {
         name: Histogram.of_columns(tuple(per_le), tuple(per_le.values()), sums.get(name, 0.0), counts[name])
         for name, per_le in buckets.items()
         if name in counts
     }
+    for name in reading.counts_only & counts.keys() & sums.keys():
+        histograms[name] = Histogram(((math.inf, counts[name]),), sums[name], counts[name])
     return PodSample(histograms=histograms, gauges=gauges, counters=counters)
 
 
 def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:
     """Each named gauge's samples for ``model_id`` summed (all versions and instances), in one pass;
     a family with no sample for the model is left out."""
-    reader = _SeriesReader({name: ("gauge", name) for name in family_names})
-    return {name: total for (_, name, _), total, _ in reader.totals(text, model_id)}
+    reader = _SeriesReader(dict.fromkeys(family_names, ""))
+    return {name: total for (name, _, _), total, _ in reader.totals(text, model_id)}

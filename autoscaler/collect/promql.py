@@ -27,20 +27,34 @@ Rules for odd answers (each has a table test):
 
 from __future__ import annotations
 
+import logging
 import math
+import re
 from typing import Any, Final
 
 import httpx
 
 from autoscaler.aggregate import LatencyStats, WindowStats, latency_stats
 from autoscaler.collect import ErrorCallback, SourceError, ignore_error
-from autoscaler.collect.exposition import COUNTER_SAMPLES, GAUGE_FAMILIES, HISTOGRAM_FAMILIES
+from autoscaler.collect.backends import BACKENDS, DETECT_ORDER, Backend
+from autoscaler.collect.backends.base import AVERAGED, MeanOf
+from autoscaler.collect.backends.nlg import NLG
 
-#: The series whose increase over the window the recording rules keep (and this source reads).
-RECORDED_SERIES: Final = (
-    *(f"{family}_{part}" for family in HISTOGRAM_FAMILIES for part in ("bucket", "sum", "count")),
-    *COUNTER_SAMPLES,
-)
+
+def recorded_series(backend: Backend) -> tuple[str, ...]:
+    """The series whose increase over the window the recording rules keep for ``backend`` (and this
+    source reads). A counter the backend selects by a label is recorded summed over that label: each
+    such family has one value of it (``nv_llm_output_token_len{response_metric_type=...}``)."""
+    means = {name for mean in backend.means.values() for name in (mean.sum_sample, mean.count_sample)}
+    return tuple(dict.fromkeys((
+        *(f"{family}_{part}" for family in backend.histograms for part in ("bucket", "sum", "count")),
+        *sorted(means),
+        *(sample for sample, _, _ in backend.counters),
+    )))  # fmt: skip
+
+
+#: The series the recording rules keep for this project's model (the chart's default).
+RECORDED_SERIES: Final = recorded_series(NLG)
 
 
 def promql_duration(seconds: float) -> str:
@@ -55,9 +69,13 @@ def recorded_name(series: str, window: str) -> str:
     return f"namespace_model:{series}:increase{window}"
 
 
-def _selector(model_id: str) -> str:
+log = logging.getLogger(__name__)
+
+
+def _selector(model_id: str, label: str = "", value: str = "") -> str:
     escaped = model_id.replace("\\", "\\\\").replace('"', '\\"')
-    return f'{{model="{escaped}"}}'
+    extra = f',{label}="{value}"' if label else ""
+    return f'{{model="{escaped}"{extra}}}'
 
 
 def _float(raw: Any) -> float | None:
@@ -77,7 +95,12 @@ class PrometheusSource:
         timeout: float,
         on_error: ErrorCallback = ignore_error,
         http: httpx.Client | None = None,
+        backend: str = "nlg",
     ) -> None:
+        if backend != "auto" and backend not in BACKENDS:
+            raise ValueError(f"backend {backend!r}: must be auto or one of {', '.join(BACKENDS)}")
+        self._backend = backend
+        self._backends: dict[str, Backend] = {}
         self._url = base_url.rstrip("/") + "/api/v1/query"
         self._timeout = timeout
         self._on_error = on_error
@@ -120,7 +143,7 @@ class PrometheusSource:
             return _one(answer, recorded)
         return self.scalar(f"sum(increase({series}{selector}[{window}]))", now)
 
-    def _histogram(self, family: str, selector: str, window: str, now: float) -> LatencyStats:
+    def _histogram(self, family: str, scale: float, selector: str, window: str, now: float) -> LatencyStats:
         rows = self._increase_vector(f"{family}_bucket", selector, window, now)
         buckets: list[tuple[float, float]] = []
         for row in rows:
@@ -128,33 +151,64 @@ class PrometheusSource:
             value = _float(row.get("value", [None, None])[1])
             if le is None or value is None:
                 return LatencyStats.empty()
-            buckets.append((le, value))
+            buckets.append((le * scale, value))
         total = self._increase(f"{family}_sum", selector, window, now)
         count = self._increase(f"{family}_count", selector, window, now)
         if not buckets or total is None or count is None:
             return LatencyStats.empty()
-        return latency_stats(buckets, total, count)
+        return latency_stats(buckets, total * scale, count)
+
+    def _mean(self, mean: MeanOf, selector: str, window: str, now: float) -> LatencyStats:
+        total = self._increase(mean.sum_sample, selector, window, now)
+        count = self._increase(mean.count_sample, selector, window, now)
+        if total is None or count is None:
+            return LatencyStats.empty()
+        return latency_stats([(math.inf, count)], total * mean.scale, count)
+
+    def backend(self, model_id: str, now: float) -> Backend | None:
+        """The configured backend, or with ``auto`` the first whose marker series for the model
+        Prometheus has (remembered once found)."""
+        if self._backend != "auto":
+            return BACKENDS[self._backend]
+        found = self._backends.get(model_id)
+        if found is None:
+            names = "|".join(re.escape(b.marker) for b in DETECT_ORDER)
+            rows = self.query(f'group by (__name__) ({{__name__=~"{names}",{_selector(model_id)[1:-1]}}})', now)
+            present = {row.get("metric", {}).get("__name__") for row in rows}
+            found = next((b for b in DETECT_ORDER if b.marker in present), None)
+            if found is not None:
+                self._backends[model_id] = found
+                log.info("metrics.backend auto: %s found for model %s in Prometheus", found.name, model_id)
+        return found
 
     def read(self, now: float, model_id: str, time_window: float) -> WindowStats:
+        backend = self.backend(model_id, now)
+        if backend is None:
+            return WindowStats.empty()
         selector = _selector(model_id)
         window = promql_duration(time_window)
-        families = HISTOGRAM_FAMILIES.items()
-        latencies = {name: self._histogram(family, selector, window, now) for family, name in families}
+        latencies = {
+            short: self._histogram(family, scale, selector, window, now)
+            for family, (short, scale) in backend.histograms.items()
+        }
+        for short, m in backend.means.items():
+            latencies[short] = self._mean(m, selector, window, now)
         gauges: dict[str, float] = {}
-        for family, name in GAUGE_FAMILIES.items():
-            how = "avg" if name == "kv_usage" else "sum"
-            value = self.scalar(f"{how}({family}{selector})", now)
-            if value is not None:
-                gauges[name] = value
+        for (sample, label, value), name in backend.gauges.items():
+            how = "avg" if name in AVERAGED else "sum"
+            reading = self.scalar(f"{how}({sample}{_selector(model_id, label, value)})", now)
+            if reading is not None:
+                gauges[name] = reading
         counters: dict[str, float] = {}
-        for series, name in COUNTER_SAMPLES.items():
-            value = self._increase(series, selector, window, now)
-            if value is not None:
-                counters[name] = value
-        pods = self.scalar(f"count(count by (instance) (nlg_requests_running{selector}))", now)
+        for (sample, _, _), name in backend.counters.items():
+            reading = self._increase(sample, selector, window, now)
+            if reading is not None:
+                counters[name] = reading
+        pods = self.scalar(f"count(count by (instance) ({backend.presence}{selector}))", now)
         n = int(pods or 0)
         span = time_window if n else 0.0
-        return WindowStats(latencies=latencies, gauges=gauges, pods=n, span=span, counters=counters)
+        stats = WindowStats(latencies=latencies, gauges=gauges, pods=n, span=span, counters=counters)
+        return backend.derive(stats)
 
     def close(self) -> None:
         self._http.close()

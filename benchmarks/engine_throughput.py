@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import date
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import GenerationConfig, GPT2LMHeadModel
@@ -117,10 +117,11 @@ def run_own(
 
 def hf_generate(model: GPT2LMHeadModel, ids: list[list[int]], tokens: int) -> torch.Tensor:
     """transformers' own greedy `generate` of exactly `tokens` new tokens; the prompts and them."""
+    # generate's annotations differ across the transformers releases the project runs on (4.x in the
+    # Triton image, 5.x here); this call needs only "keyword arguments in, tensor out".
+    generate = cast(Callable[..., object], model.generate)
     with torch.inference_mode():
-        # transformers annotates generate's self with its GenerativePreTrainedModel protocol under a
-        # torch.no_grad() decorator, which mypy binds as a second self argument.
-        out = model.generate(  # type: ignore[misc]
+        out = generate(
             torch.tensor(ids), max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, pad_token_id=50256
         )
     assert isinstance(out, torch.Tensor)  # a tensor of ids, not an output object: no return_dict_in_generate

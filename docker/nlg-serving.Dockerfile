@@ -14,8 +14,10 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY triton_backend triton_backend
 COPY autoscaler autoscaler
-COPY docker/triton-24.10.constraints.txt /tmp/constraints.txt
-RUN python3 -m pip install --no-cache-dir --target /opt/nlg/site-packages -c /tmp/constraints.txt ".[serving]"
+# The locked versions of what fits that image (scripts/lock compiles them within
+# docker/triton-24.10.constraints.txt).
+COPY locks/triton-24.10.txt /tmp/lock.txt
+RUN python3 -m pip install --no-cache-dir --target /opt/nlg/site-packages -c /tmp/lock.txt ".[serving]"
 
 FROM python:3.10-slim-bookworm
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
@@ -23,7 +25,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY triton_backend triton_backend
 COPY autoscaler autoscaler
-RUN python -m pip install --no-cache-dir ".[autoscaler]" && rm -rf /src
+COPY locks/requirements.txt /tmp/lock.txt
+RUN python -m pip install --no-cache-dir -c /tmp/lock.txt ".[autoscaler]" && rm -rf /src /tmp/lock.txt
 COPY --from=package /opt/nlg/site-packages /opt/nlg/site-packages
 COPY model_repository /opt/nlg/model_repository
 WORKDIR /

@@ -63,7 +63,8 @@ def main() -> int:
     for problem in problems:
         print(f"verify_lock: {problem}", file=sys.stderr)
     if problems:
-        print("verify_lock: run `bash scripts/setup` in a fresh .venv, or refresh the lock with scripts/lock", file=sys.stderr)
+        hint = "run `bash scripts/setup` in a fresh .venv, or refresh the lock with scripts/lock"
+        print(f"verify_lock: {hint}", file=sys.stderr)
     return 1 if problems else 0
 
 

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 #: Quiet seconds after which `on_idle` runs.
 IDLE_SECONDS = 30.0
+#: The final response of a stream that a stop's (or an unload's) drain cut: the client can tell it
+#: from a cancel of its own and retry elsewhere.
+SHUTDOWN_MESSAGE = "request cancelled: the server is shutting down and its drain ended before this stream finished"
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,7 @@ class EngineLoop:
                     self._apply(command)
             if cancel_at is not None and self._clock() >= cancel_at:
                 for request_id in self._engine.in_flight():
-                    self._abort(request_id)
+                    self._abort(request_id, SHUTDOWN_MESSAGE)
             if stopping and not self._engine.has_work:
                 break
             if self._engine.has_work:
@@ -165,10 +168,10 @@ class EngineLoop:
         elif isinstance(command, _Abort):
             self._abort(command.request_id)
 
-    def _abort(self, request_id: str) -> None:
+    def _abort(self, request_id: str, reason: str | None = None) -> None:
         output = self._engine.abort(request_id)
         if output is not None:
-            self._sink(output)
+            self._sink(output if reason is None else replace(output, error=reason))
 
     def _step(self) -> None:
         self._worked = True

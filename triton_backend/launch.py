@@ -37,7 +37,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from triton_backend.server_stop import parse_server_args
 from triton_backend.settings import DrainBudget
+from triton_backend.shm_sweep import sweep
 
 
 def _triton_home() -> Path:
@@ -145,7 +147,6 @@ class TritonServer:
         self.model_repository = model_repository
         self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
         self._env = server_environment()
-        self._env["NLG_TRITON_HTTP_URL"] = f"http://127.0.0.1:{self.http_port}"  # the model asks it if it is ready
         self._env.update(env or {})
         self.drain = drain or DrainBudget()
         self._extra_args = with_drain_budget(self.drain, self._env, extra_args)
@@ -176,6 +177,7 @@ class TritonServer:
             "--allow-metrics=true",
             *self._extra_args,
         ]
+        sweep(prefixes=(parse_server_args(args).shm_region_prefix,), environ=self._env)
         log: IO[bytes]
         if self._log_path is not None:
             log = open(self._log_path, "wb")  # noqa: SIM115 - closed in stop()

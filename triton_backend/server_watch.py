@@ -1,12 +1,13 @@
 """What the model's stub process learns about its tritonserver: that it is stopping, and that it is gone.
 
-Stopping: Triton keeps a model loaded until every stream of it has sent its final response, so on
-SIGTERM finalize() would only run once the streams were done, and a stream longer than the exit
-timeout would meet Triton's forced exit. Triton marks the model not ready as soon as it begins to
-stop, and closes its HTTP endpoint; `watch_readiness` sees either and starts the engine's drain then.
-It asks over that endpoint (`http_model_ready`), with a timeout and without the interpreter's lock,
-not through `pb_utils.is_model_ready`, which waits on the server holding the lock: with that call,
-a stop that came in the first half second of the streams drained nothing and ran into the forced exit.
+Stopping: on SIGTERM Triton first closes its HTTP endpoint to new connections and waits for the
+open ones (HTTP streams), and only then unloads the model (finalize()); gRPC streams hold nothing
+up. `watch_readiness` sees the endpoint close, or the model marked not ready, and starts the
+engine's drain then, so HTTP streams end in time too. It asks over that endpoint
+(`http_model_ready`, at the address server_stop reads from the server's arguments), with a timeout
+and without the interpreter's lock, not through `pb_utils.is_model_ready`, which waits on the server
+holding the lock: with that call, a stop that came in the first half second of the streams drained
+nothing and ran into the forced exit.
 
 Gone: the stub watches its parent itself, but its exit path needs the GIL and a lock that a thread
 blocked on the dead server can hold for ever; such a stub lived on with PPID 1, holding its memory
@@ -30,9 +31,7 @@ from typing import Literal
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL = 0.5
-# tritonserver's own default; nlg-triton and the test kit's server set NLG_TRITON_HTTP_URL to theirs.
-DEFAULT_TRITON_HTTP_URL = "http://127.0.0.1:8000"
-READINESS_CHECK_INTERVAL = 0.5
+READINESS_CHECK_INTERVAL = 0.5  # server_stop.NOTICE_SECONDS allows for it
 FIRST_ANSWER_INTERVAL = 0.02
 
 
@@ -90,7 +89,7 @@ def watch_readiness(
     Asks every `interval` (more often until the first answer), from the start: tritonserver closes
     its HTTP endpoint the moment it is told to stop, so an endpoint that answered before and is gone
     now means stopping, and it must have answered before the stop. "not ready" means stopping (or
-    unloading) at once. An endpoint that never answered (HTTP off, another port) leaves the drain to
+    unloading) at once. An endpoint that never answered (one the model cannot reach) leaves the drain to
     finalize(). Only `busy()` instances drain; an idle one has nothing to drain and keeps watching.
     """
 

@@ -1,13 +1,15 @@
 """The Triton Python-backend model behind model_repository/gpt2/1/model.py.
 
-initialize() builds the engine for this instance's device; execute() validates each request, hands
-it to the engine thread and returns at once; the response thread sends everything back. finalize()
-lets the streams in flight finish (up to ``drain_seconds``; Triton retires an instance when the
-autoscaler scales in, and the streams it holds must not be cut), cancels what is left (each gets its
-final response) and then stops the response thread. Triton's exit timeout leaves room for all of it
-(DrainBudget in settings). Triton keeps the model loaded while streams are open, so the drain starts
-as soon as the server marks the model not ready (SIGTERM, unload), not at finalize(); a watchdog
-ends the stub process if the server dies under it (server_watch).
+initialize() builds the engine for this instance's device (first removing the shared memory a dead
+server left, shm_sweep); execute() validates each request, hands it to the engine thread and returns
+at once; the response thread sends everything back. A stop (SIGTERM, an unload) lets the streams in
+flight finish for up to ``drain_seconds`` (Triton retires an instance when the autoscaler scales in,
+and the streams it holds must not be cut), but never past what the server's own exit timeout leaves
+(server_stop reads it from the server's arguments, whoever started it), then cancels what is left,
+each with a final response that says so, and stops the threads. The drain starts when the server
+closes its HTTP endpoint or marks the model not ready, or at finalize(), whichever comes first: an
+HTTP stream keeps Triton from unloading the model until it ends. A watchdog ends the stub process if
+the server dies under it (server_watch).
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory, release_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
-from triton_backend.server_watch import DEFAULT_TRITON_HTTP_URL, http_model_ready, watch_parent, watch_readiness
+from triton_backend.server_stop import StopBudget, read_server_args
+from triton_backend.server_watch import http_model_ready, watch_parent, watch_readiness
 from triton_backend.settings import ModelSettings, load_settings
+from triton_backend.shm_sweep import sweep
 from triton_backend.tokenizer import load_tokenizer
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import parse_request
@@ -45,6 +49,8 @@ class GPT2Model:
     def __init__(self, args: dict[str, str]) -> None:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         watch_parent()
+        server = read_server_args()
+        sweep(prefixes=(server.shm_region_prefix,))
         config = json.loads(args["model_config"])
         settings = model_settings(config)
         kept = keep_freed_memory()
@@ -62,16 +68,15 @@ class GPT2Model:
         )
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
         self._engine = EngineLoop(engine, self._responses.put, on_idle=release_freed_memory)
-        self._drain_seconds = settings.drain_seconds
+        self._stop = StopBudget(settings.drain_seconds, server.exit_timeout_seconds)
+        self._stop_noticed: float | None = None
         self._ids = itertools.count()
         self._responses.start()
         self._engine.start()
         name, version = args["model_name"], args["model_version"]
-        watch_readiness(
-            http_model_ready(os.environ.get("NLG_TRITON_HTTP_URL", DEFAULT_TRITON_HTTP_URL), name, str(version)),
-            busy=self._busy,
-            on_stopping=lambda: self._engine.drain(self._drain_seconds),
-        )
+        if server.http_url is not None:  # without HTTP, Triton calls finalize() as soon as it stops
+            ready = http_model_ready(server.http_url, name, str(version))
+            watch_readiness(ready, busy=self._busy, on_stopping=self._drain)
         log.info(
             "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
@@ -106,8 +111,19 @@ class GPT2Model:
             self._engine.add(request_id, parsed.prompt_ids, parsed.params, arrival)
 
     def finalize(self) -> None:
-        self._engine.stop(drain_seconds=self._drain_seconds)
-        self._responses.stop()
+        # Every wait fits the stop's budget: past Triton's exit timeout the server crashes.
+        end = self._stop.drain_end(self._notice_stop())
+        threads = self._stop.margin_seconds / 3
+        self._engine.stop(drain_seconds=max(0.0, end - time.monotonic()), timeout=threads)
+        self._responses.stop(timeout=threads)
+
+    def _notice_stop(self) -> float:
+        if self._stop_noticed is None:
+            self._stop_noticed = time.monotonic()
+        return self._stop_noticed
+
+    def _drain(self) -> None:
+        self._engine.drain(max(0.0, self._stop.drain_end(self._notice_stop()) - time.monotonic()))
 
     def _busy(self) -> bool:
         stats = self._engine.stats()

@@ -160,12 +160,13 @@ class ResponseThread:
         if stream.gone:
             return
         if output.finished:
+            if FinishReason.CANCELLED in output.finish_reasons:
+                # A stop's drain says why it cut the stream (engine_loop.SHUTDOWN_MESSAGE).
+                error = self._pb.TritonError(output.error or "request cancelled", self._pb.TritonError.CANCELLED)
+                self._send(output.request_id, stream, self._pb.InferenceResponse(error=error), final)
+                return
             if output.error is not None:
                 self._send(output.request_id, stream, self._error(output.error, self._pb.TritonError.INTERNAL), final)
-                return
-            if FinishReason.CANCELLED in output.finish_reasons:
-                error = self._pb.TritonError("request cancelled", self._pb.TritonError.CANCELLED)
-                self._send(output.request_id, stream, self._pb.InferenceResponse(error=error), final)
                 return
         options = stream.options
         if options.stream:

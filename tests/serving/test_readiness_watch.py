@@ -9,7 +9,6 @@ import threading
 
 import pytest
 
-from triton_backend.cli.server import http_port
 from triton_backend.launch import free_port
 from triton_backend.server_watch import Readiness, http_model_ready, watch_readiness
 
@@ -86,15 +85,3 @@ def test_an_idle_instance_keeps_watching_and_drains_once_busy():
     busy.set()
     assert stopped.wait(2.0)
 
-
-@pytest.mark.parametrize(
-    ("args", "port"),
-    [
-        ([], 8000),
-        (["--http-port=9000"], 9000),
-        (["--log-verbose", "1", "--http-port", "9001"], 9001),
-        (["--http-port=x"], 8000),
-    ],
-)
-def test_nlg_triton_tells_the_model_the_http_port_the_server_gets(args, port):
-    assert http_port(args) == port

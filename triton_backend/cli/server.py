@@ -14,8 +14,10 @@ import sys
 from pathlib import Path
 
 from triton_backend.launch import DEFAULT_MODEL_REPOSITORY, server_command, server_environment, with_drain_budget
-from triton_backend.presets import PRESETS
+from triton_backend.model_shapes import PRESETS
+from triton_backend.server_stop import parse_server_args
 from triton_backend.settings import MAX_STREAM_SECONDS, DrainBudget
+from triton_backend.shm_sweep import sweep
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValueError as err:
         parser.error(str(err))
-    env.setdefault("NLG_TRITON_HTTP_URL", f"http://127.0.0.1:{http_port(server_args)}")
+    # A server killed before (SIGKILL, the OOM killer) left its shared memory; a memory-backed /dev/shm
+    # keeps it across restarts.
+    sweep(prefixes=(parse_server_args(server_args).shm_region_prefix,), environ=env)
     command = server_command(args.model_repository.resolve(), server_args)
     sys.stdout.flush()
     os.execve(command[0], command, env)
@@ -52,13 +56,3 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     raise SystemExit(main())
 
-
-def http_port(server_args: list[str]) -> int:
-    """The HTTP port the tritonserver arguments give (``--http-port=N`` or ``--http-port N``), else its default."""
-    for i, arg in enumerate(server_args):
-        value = arg.split("=", 1)[1] if arg.startswith("--http-port=") else None
-        if arg == "--http-port" and i + 1 < len(server_args):
-            value = server_args[i + 1]
-        if value is not None and value.isdigit():  # tritonserver itself refuses anything else
-            return int(value)
-    return 8000

@@ -5,8 +5,9 @@ The pipeline, one module per stage: :mod:`autoscaler.collect` (metric sources) -
 :mod:`autoscaler.actuate` (Kubernetes Deployment scale, Triton instance count). Around it:
 :mod:`autoscaler.config` (the YAML contract), :mod:`autoscaler.loop` (the control loop, the only
 code that reads the clock), :mod:`autoscaler.api` (management REST API), :mod:`autoscaler.telemetry`
-(the autoscaler's own metrics), :mod:`autoscaler.leader` (Lease election), :mod:`autoscaler.cli` and
-:mod:`autoscaler.demo`.
+(the autoscaler's own metrics), :mod:`autoscaler.leader` (Lease election) and :mod:`autoscaler.cli`.
+It imports neither the engine (``triton_backend``) nor the simulator (``nlgsim``); the demo that runs
+it beside tritonserver is the package ``nlg_demo`` (the layers are contracts in ``pyproject.toml``).
 """
 
 __version__ = "0.1.0"

@@ -46,7 +46,7 @@ from triton_backend.engine import Engine
 from triton_backend.host_memory import keep_freed_memory
 from triton_backend.kv_cache import PAGE_SIZE, CacheShape, PagedKVCache
 from triton_backend.model_runner import DecodeInput, PrefillInput
-from triton_backend.presets import CONTEXT_LENGTH, VOCAB_SIZE
+from triton_backend.model_shapes import CONTEXT_LENGTH, VOCAB_SIZE
 from triton_backend.sampler import NUCLEUS_HEAD
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import SchedulerConfig

@@ -45,7 +45,7 @@ def test_the_readme_gives_the_idle_time_after_which_the_model_returns_memory():
 
 
 def test_the_demo_quick_start_names_every_option_of_nlg_demo_and_no_other():
-    from autoscaler.demo.run import build_parser
+    from nlg_demo.run import build_parser
 
     options = {o for a in build_parser()._actions for o in a.option_strings if o.startswith("--") and o != "--help"}
     text = (ROOT / "docs" / "autoscaler.md").read_text()

@@ -54,7 +54,7 @@ def reached() -> set[str]:
 
 
 def test_the_console_scripts_reach_packages_of_this_repository():
-    assert {"triton_backend", "autoscaler", "nlgsim"} <= reached() <= set(TOP_LEVEL)
+    assert {"triton_backend", "autoscaler", "nlgsim", "nlg_demo"} <= reached() <= set(TOP_LEVEL)
 
 
 @pytest.mark.parametrize("package", TOP_LEVEL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import codecs
 
-from triton_backend.presets import EOS_TOKEN_ID
+from triton_backend.model_shapes import EOS_TOKEN_ID
 
 
 class TextStream:

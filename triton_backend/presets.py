@@ -13,19 +13,8 @@ from pathlib import Path
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-CONTEXT_LENGTH = 1024
-VOCAB_SIZE = 50257
-EOS_TOKEN_ID = 50256
+from triton_backend.model_shapes import CONTEXT_LENGTH, EOS_TOKEN_ID, PRESETS, SHAPES, VOCAB_SIZE
 
-# (n_embd, n_layer, n_head): the public configs of OpenAI's GPT-2 releases; "tiny" is for tests.
-_SHAPES: dict[str, tuple[int, int, int]] = {
-    "tiny": (64, 2, 4),
-    "gpt2": (768, 12, 12),
-    "gpt2-medium": (1024, 24, 16),
-    "gpt2-large": (1280, 36, 20),
-    "gpt2-xl": (1600, 48, 25),
-}
-PRESETS = tuple(_SHAPES)
 DEFAULT_SEED = 0
 
 
@@ -54,9 +43,9 @@ class ModelInfo:
 
 
 def preset_config(name: str) -> GPT2Config:
-    if name not in _SHAPES:
+    if name not in SHAPES:
         raise ValueError(f"preset: {name!r} is not one of {', '.join(PRESETS)}")
-    n_embd, n_layer, n_head = _SHAPES[name]
+    n_embd, n_layer, n_head = SHAPES[name]
     return GPT2Config(
         vocab_size=VOCAB_SIZE,
         n_positions=CONTEXT_LENGTH,
@@ -126,4 +115,4 @@ def build_model(
 
 def _preset_of(config: GPT2Config) -> str | None:
     shape = (config.n_embd, config.n_layer, config.n_head)
-    return next((name for name, s in _SHAPES.items() if s == shape), None)
+    return next((name for name, s in SHAPES.items() if s == shape), None)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from triton_backend.presets import EOS_TOKEN_ID
+from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.sampling_params import SamplingParams
 
 #: How many of a row's most likely tokens top-p looks at before it sorts the whole vocabulary.

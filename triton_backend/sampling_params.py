@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from triton_backend.presets import CONTEXT_LENGTH
+from triton_backend.model_shapes import CONTEXT_LENGTH
 
 
 class InvalidRequest(ValueError):

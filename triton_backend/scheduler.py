@@ -20,12 +20,15 @@ import heapq
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from triton_backend.engine_stats import EngineStats
-from triton_backend.kv_cache import PagedKVCache
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.outputs import FinishReason
 from triton_backend.sequence import Request, RequestStatus, Sequence
+
+if TYPE_CHECKING:  # the cache's tensors are the runner's; the scheduler only hands out its pages
+    from triton_backend.kv_cache import PagedKVCache
 
 
 @dataclass(frozen=True)

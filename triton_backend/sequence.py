@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from triton_backend.detokenizer import TextStream
+from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.outputs import FinishReason
-from triton_backend.presets import EOS_TOKEN_ID
-from triton_backend.sampler import SamplingState
 from triton_backend.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the engine makes the states (torch generators); a sequence only holds one
+    from triton_backend.sampler import SamplingState
 
 
 class RequestStatus(Enum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from triton_backend.presets import PRESETS
+from triton_backend.model_shapes import PRESETS
 
 # The drain budget. Every number that bounds a shutdown derives from the longest stream the operator
 # allows; nlg-triton, the test kit's server, config.pbtxt, the README's container command and the Helm

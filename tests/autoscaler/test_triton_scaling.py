@@ -21,9 +21,9 @@ from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.collect.exposition import gauge_totals
 from autoscaler.collect.promql import PrometheusSource
 from autoscaler.config import RateLimit, ScalerSpec
-from autoscaler.demo.load import PoissonLoad
 from autoscaler.loop import Controller
 from autoscaler.telemetry import Telemetry
+from nlg_demo.load import PoissonLoad
 from nlgsim.workload import SIMPLE, QueryType
 from triton_backend.launch import TritonServer
 

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from triton_backend.gpu_configs import CUBLAS_ONLY, DEFAULT_ATTENTION, DEFAULT_LINEAR, TABLE, KernelChoices, choices_for
 from triton_backend.gpu_kernels import LinearConfig
-from triton_backend.presets import PRESETS, preset_config
+from triton_backend.model_shapes import PRESETS
+from triton_backend.presets import preset_config
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from triton_backend.presets import EOS_TOKEN_ID
+from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.sampler import UNIFORMS_AHEAD, SamplingState, _keep_top_p, sample
 from triton_backend.sampling_params import SamplingParams
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from scheduler_testkit import make_request, make_scheduler, predicting, step
 
+from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.outputs import FinishReason
-from triton_backend.presets import EOS_TOKEN_ID
 from triton_backend.sequence import RequestStatus
 
 S = RequestStatus

@@ -8,7 +8,7 @@ import time
 
 from triton_backend.cli.client import stream_generate
 from triton_backend.launch import TritonServer
-from triton_backend.presets import PRESETS
+from triton_backend.model_shapes import PRESETS
 
 
 def main(argv: list[str] | None = None) -> int:

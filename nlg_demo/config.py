@@ -23,7 +23,7 @@ from autoscaler.config import (
     ScalerSpec,
     SourceSpec,
 )
-from autoscaler.demo.load import mix_of
+from nlg_demo.load import mix_of
 
 MODEL = "gpt2"
 #: The demo's load lasts a minute or two; the planner's default trend (60 s) would barely see it start.

@@ -22,7 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from autoscaler.demo.load import LoadRecord  # noqa: E402
+from nlg_demo.load import LoadRecord  # noqa: E402
 
 
 @dataclass(frozen=True)

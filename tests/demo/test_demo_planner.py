@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 
 from autoscaler.app import App
-from autoscaler.demo.config import TREND_WINDOW_S, demo_config
-from autoscaler.demo.load import LoadRecord, mix_of
-from autoscaler.demo.plot import draw
-from autoscaler.demo.run import (
+from autoscaler.policy import build_policy
+from autoscaler.profile import EngineProfile, load_profile
+from nlg_demo.config import TREND_WINDOW_S, demo_config
+from nlg_demo.load import LoadRecord, mix_of
+from nlg_demo.plot import draw
+from nlg_demo.run import (
     build_parser,
     engine_profile,
     line_of,
@@ -22,7 +24,7 @@ from autoscaler.demo.run import (
     round_of,
     signal_of,
 )
-from autoscaler.demo.served_profile import (
+from nlg_demo.served_profile import (
     PROFILE_REPS,
     SHIPPED,
     Overhead,
@@ -32,8 +34,6 @@ from autoscaler.demo.served_profile import (
     profile_command,
     served_profile,
 )
-from autoscaler.policy import build_policy
-from autoscaler.profile import EngineProfile, load_profile
 from nlgsim.cli import build_parser as nlgsim_parser
 from tests.autoscaler.autoscaler_testkit import FakeClock, FakeTriton, PodMetrics, write_profile
 from triton_backend.launch import PROJECT_ROOT

@@ -11,7 +11,7 @@ one line; the end prints a summary and writes the plot.
 threshold. ``--policy planner`` plans instances from an engine profile ahead of demand, with the
 threshold as its per-token SLO: the profile shipped for the tiny instance (or ``--profile``, or one
 measured first with ``--profile-first``) plus the serving overhead that the lone requests measure on
-this server (:mod:`autoscaler.demo.served_profile`).
+this server (:mod:`nlg_demo.served_profile`).
 
 On a small CPU-only machine the extra instances share the same cores, so latency may not fall as
 instances are added; what the demo shows is the policy at work on real measurements.
@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from autoscaler.app import App
-from autoscaler.demo.config import MODEL, demo_config
-from autoscaler.demo.load import LoadRecord, PoissonLoad
-from autoscaler.demo.plot import Round, Signal, plot_run
-from autoscaler.demo.served_profile import (
+from autoscaler.profile import EngineProfile, load_profile
+from nlg_demo.config import MODEL, demo_config
+from nlg_demo.load import LoadRecord, PoissonLoad
+from nlg_demo.plot import Round, Signal, plot_run
+from nlg_demo.served_profile import (
     SHIPPED,
     Overhead,
     fit_overhead,
@@ -40,7 +41,6 @@ from autoscaler.demo.served_profile import (
     mismatches,
     served_profile,
 )
-from autoscaler.profile import EngineProfile, load_profile
 from nlgsim.workload import COMPLEX, SIMPLE
 from triton_backend.launch import PROJECT_ROOT, TritonServer
 
@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"  profile of the served instance: {served}", flush=True)
         app = App(config)
         headroom = config.scaler.planner.headroom
-        view = app.controller.view(MODEL)
+        view = app.controller.targets.view(MODEL)
         assert view is not None  # the config's target is set when the App is built
         signal = signal_of(view)
         rounds: list[Round] = []
@@ -223,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     load_stopped_at = started - t0
                     print(f"[{load_stopped_at:6.1f}s] load stops; requests in flight finish", flush=True)
                 app.controller.run_once()
-                view = app.controller.view(MODEL)
+                view = app.controller.targets.view(MODEL)
                 if view and view["decisions"]:
                     rounds.append(round_of(view, started - t0, time.monotonic() - t0, headroom))
                     print(line_of(view, rounds[-1], signal, load.in_flight), flush=True)

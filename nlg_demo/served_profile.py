@@ -22,8 +22,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
 
-from autoscaler.demo.load import LoadRecord
 from autoscaler.profile import EngineProfile
+from nlg_demo.load import LoadRecord
 
 SHIPPED: Final = Path(__file__).with_name("tiny-cpu-profile.json")
 #: Sweeps over the grid when measuring: the minimum over many survives other work on a shared machine.
@@ -116,7 +116,7 @@ def served_profile(engine: EngineProfile, overhead: Overhead, startup_s: float, 
         startup_s=round(startup_s, 3),
         notes=(
             f"nlg-demo: {engine_path} (engine, {engine.hardware}) plus the serving overhead and start-up "
-            "measured on the live tritonserver with lone requests (autoscaler/demo/served_profile.py)."
+            "measured on the live tritonserver with lone requests (nlg_demo/served_profile.py)."
         ),
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         extra={

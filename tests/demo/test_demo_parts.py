@@ -6,10 +6,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from autoscaler.demo.config import demo_config
-from autoscaler.demo.load import LoadRecord, PoissonLoad, mix_of
-from autoscaler.demo.plot import Round, Signal, draw, offered, plot_run
-from autoscaler.demo.run import build_parser
+from nlg_demo.config import demo_config
+from nlg_demo.load import LoadRecord, PoissonLoad, mix_of
+from nlg_demo.plot import Round, Signal, draw, offered, plot_run
+from nlg_demo.run import build_parser
 
 PERTOKEN = Signal("pertoken_mean", "window mean (autoscaler)", 25.0, "target 25 ms (mean)")
 

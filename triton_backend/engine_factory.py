@@ -2,10 +2,12 @@
 
 The Triton model, the benchmarks and the profiler all call `build_engine`, so what they measure is what
 is served (cache budget, max_n clamp, CUDA graphs for decode batches and prefill chunks).
+The cache is sized once the weights are loaded, from the memory left (memory_budget).
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +18,16 @@ from transformers import GPT2LMHeadModel
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.memory_budget import (
+    CacheBudget,
+    CacheDoesNotFit,
+    Memory,
+    cache_budget,
+    fixed_budget,
+    read_memory,
+    size_text,
+    working_bytes,
+)
 from triton_backend.model_runner import StepGraphs
 from triton_backend.presets import ModelInfo, build_model, parse_dtype
 from triton_backend.runner import GPT2Runner, attention_scales, cache_shape
@@ -23,12 +35,17 @@ from triton_backend.scheduler import SchedulerConfig
 from triton_backend.settings import ModelSettings
 from triton_backend.tokenizer import token_bytes
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class BuiltEngine:
     engine: Engine
     info: ModelInfo
-    max_n: int  # choices a request may ask for: at most max_num_seqs, whatever max_n says
+    # Choices a request may ask for: max_n, but no more than max_num_seqs, nor than the full-context
+    # sequences the cache holds (a request's choices must fit alone).
+    max_n: int
+    budget: CacheBudget
 
     @property
     def runner(self) -> GPT2Runner:
@@ -43,21 +60,60 @@ def build_engine(
     clock: Callable[[], float] = time.monotonic,
     *,
     prefill_in_graphs: bool = True,
+    memory: Callable[[torch.device], Memory] = read_memory,
 ) -> BuiltEngine:
+    """Raises CacheDoesNotFit (one line, naming the settings to change) where the cache cannot hold
+    one full-context sequence. `memory` reads the device's memory once the weights are loaded."""
     if device.type == "cuda" and device.index is not None:
         torch.cuda.set_device(device)  # graphs are captured on the current device
     dtype = parse_dtype(settings.dtype, device)
     model, info = build_model(settings.preset, settings.weights_path or None, device, dtype, settings.seed)
+    budget = size_cache(settings, model, memory(device))
     shape = cache_shape(model)
-    max_n = min(settings.max_n, settings.max_num_seqs)
-    full_context = shape.bytes_per_page * shape.pages_per_sequence
-    budget = settings.kv_cache_bytes or full_context * settings.max_num_seqs
-    cache = PagedKVCache(shape, pages_for_budget(shape, budget, min_sequences=max_n), device)
+    pages = pages_for_budget(shape, budget.bytes, min_sequences=1)
+    sequences = pages // shape.pages_per_sequence
+    try:
+        cache = PagedKVCache(shape, pages, device)
+    except RuntimeError as err:  # torch.OutOfMemoryError on a GPU; the CPU allocator's own on the host
+        if not isinstance(err, torch.OutOfMemoryError) and "can't allocate memory" not in str(err):
+            raise
+        raise CacheDoesNotFit(
+            f"KV cache: {pages} pages ({size_text(pages * shape.bytes_per_page)}, from {budget.how}) could not be "
+            f"allocated on {device}; lower kv_cache_bytes, memory_utilization or max_num_seqs"
+        ) from None
+    max_n = min(settings.max_n, settings.max_num_seqs, sequences)
+    log.info(
+        "KV cache: %d pages of %d tokens (%s), room for %d full-context sequences (max_num_seqs %d); sized by %s%s",
+        pages, shape.page_size, size_text(pages * shape.bytes_per_page), sequences, settings.max_num_seqs, budget.how,
+        f"; max_n lowered to {max_n}" if max_n < min(settings.max_n, settings.max_num_seqs) else "",
+    )  # fmt: skip
     engine = engine_on(
         model, cache, settings.max_num_seqs, settings.prefill_chunk_tokens, clock,
         cuda_graphs=settings.cuda_graphs, seed=settings.seed, prefill_in_graphs=prefill_in_graphs,
     )  # fmt: skip
-    return BuiltEngine(engine, info, max_n)
+    return BuiltEngine(engine, info, max_n, budget)
+
+
+def size_cache(settings: ModelSettings, model: GPT2LMHeadModel, memory: Memory) -> CacheBudget:
+    """The cache's budget: `kv_cache_bytes` if set, else what `memory` leaves beside the weights."""
+    shape = cache_shape(model)
+    sequence = shape.bytes_per_page * shape.pages_per_sequence
+    if settings.kv_cache_bytes:
+        return fixed_budget(settings.kv_cache_bytes, sequence)
+    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
+    # On the CPU in float32 the runner packs the LM head apart from the embedding it is tied to.
+    packed_head = memory.device == "cpu" and shape.dtype == torch.float32
+    working = working_bytes(
+        shape, model.config.vocab_size, settings.max_num_seqs, settings.prefill_chunk_tokens, packed_head
+    )
+    return cache_budget(
+        memory,
+        weights=weights,
+        working=working,
+        fraction=settings.memory_utilization,
+        sequence_bytes=sequence,
+        max_num_seqs=settings.max_num_seqs,
+    )
 
 
 def engine_on(

@@ -59,6 +59,7 @@ DEFAULTS = {
     "dtype": "auto",
     "max_num_seqs": "64",
     "kv_cache_bytes": "0",
+    "memory_utilization": "0.9",
     "prefill_chunk_tokens": "256",
     "max_n": "8",
     "seed": "0",
@@ -80,7 +81,8 @@ class ModelSettings:
     weights_path: str
     dtype: str
     max_num_seqs: int
-    kv_cache_bytes: int  # 0: room for max_num_seqs sequences
+    kv_cache_bytes: int  # 0: sized from memory_utilization (memory_budget)
+    memory_utilization: float  # the share of memory the instance may use (memory_budget)
     prefill_chunk_tokens: int
     max_n: int
     seed: int
@@ -114,6 +116,12 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
         errors.append(f"preset: must be one of {', '.join(PRESETS)}, got {raw['preset']!r}")
     if raw["dtype"] not in DTYPES:
         errors.append(f"dtype: must be one of {', '.join(DTYPES)}, got {raw['dtype']!r}")
+    try:
+        utilization = float(raw["memory_utilization"])
+    except ValueError:
+        utilization = float("nan")
+    if not 0 < utilization <= 1:  # NaN fails too
+        errors.append(f"memory_utilization: must be a number in (0, 1], got {raw['memory_utilization']!r}")
     flag = raw["cuda_graphs"].strip().lower()
     if flag not in ("true", "false"):
         errors.append(f"cuda_graphs: must be true or false, got {raw['cuda_graphs']!r}")
@@ -123,6 +131,7 @@ def load_settings(parameters: Mapping[str, str], environ: Mapping[str, str]) -> 
         dtype=raw["dtype"],
         max_num_seqs=integer("max_num_seqs", 1),
         kv_cache_bytes=integer("kv_cache_bytes", 0),
+        memory_utilization=utilization,
         prefill_chunk_tokens=integer("prefill_chunk_tokens", 1),
         max_n=integer("max_n", 1),
         seed=integer("seed", 0),

@@ -93,18 +93,15 @@ class EngineProfile:
 
     def decode_step_s(self, batch: int, mean_context: float) -> float:
         """Latency of one decode step of ``batch`` sequences whose mean context is ``mean_context``."""
+        return self.decode_curve(batch)(mean_context)
+
+    def decode_curve(self, batch: int) -> DecodeCurve:
+        """``decode_step_s`` at one batch size, as a function of the mean context: the batch's grid
+        segment is located once, so a caller stepping the same batch (the simulator) keeps it."""
         i, wi = _locate(self.decode_batch, float(batch))
-        j, wj = _locate(self.decode_context, mean_context)
-        t = self.decode_s
-        lo = t[i][j] + (t[i][j + 1] - t[i][j]) * wj if len(self.decode_context) > 1 else t[i][0]
-        if len(self.decode_batch) == 1:
-            return max(lo, 1e-6)
-        hi = (
-            t[i + 1][j] + (t[i + 1][j + 1] - t[i + 1][j]) * wj
-            if len(self.decode_context) > 1
-            else t[i + 1][0]
-        )
-        return max(lo + (hi - lo) * wi, 1e-6)
+        below = self.decode_s[i]
+        above = self.decode_s[i + 1] if len(self.decode_batch) > 1 else None
+        return DecodeCurve(self.decode_context, below, above, wi)
 
     def prefill_time_s(self, prompt_tokens: int) -> float:
         """P(n): time to prefill a prompt of ``n`` tokens alone, in the engine's chunks.
@@ -150,6 +147,32 @@ class EngineProfile:
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(self.to_json())
+
+
+@dataclass(frozen=True)
+class DecodeCurve:
+    """Decode step latency against mean context at one batch size: the two rows of the batch's grid
+    segment (``above`` is ``None`` for a one-row grid) and the batch's weight between them."""
+
+    context: tuple[int, ...]
+    below: tuple[float, ...]
+    above: tuple[float, ...] | None
+    weight: float
+
+    def __call__(self, mean_context: float) -> float:
+        lo_row, hi_row = self.below, self.above
+        if len(self.context) > 1:
+            j, wj = _locate(self.context, mean_context)
+            lo = lo_row[j] + (lo_row[j + 1] - lo_row[j]) * wj
+            if hi_row is None:
+                return max(lo, 1e-6)
+            hi = hi_row[j] + (hi_row[j + 1] - hi_row[j]) * wj
+        else:
+            lo = lo_row[0]
+            if hi_row is None:
+                return max(lo, 1e-6)
+            hi = hi_row[0]
+        return max(lo + (hi - lo) * self.weight, 1e-6)
 
 
 def _grid_errors(key: str, grid: Sequence[int]) -> list[str]:

@@ -23,7 +23,7 @@ from nlgsim.replica import OnDone, Replica, RequestState
 ROUTINGS = ("round-robin", "least-loaded")
 
 
-@dataclass
+@dataclass(eq=False)  # a pod is itself: found in the Service's list by identity, not by its fields
 class Pod:
     replica: Replica
     created: float
@@ -48,7 +48,8 @@ class Cluster:
         self.pods: list[Pod] = []
         self.ready: list[Pod] = []  # Service endpoints, in order of readiness
         self.pending: deque[RequestState] = deque()  # requests waiting for a ready pod
-        self._rr = 0
+        self.rr = 0
+        """The round-robin pointer: the last ready pod picked (``route`` advances it, then picks)."""
         self.changes: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
         """(time, pods the Deployment counts, ready pods, pods billed) after every change."""
 
@@ -98,8 +99,8 @@ class Cluster:
         if not self.ready:
             return None
         if self.routing == "round-robin":
-            self._rr = (self._rr + 1) % len(self.ready)
-            return self.ready[self._rr]
+            self.rr = (self.rr + 1) % len(self.ready)
+            return self.ready[self.rr]
         return min(self.ready, key=lambda p: (p.replica.outstanding, p.ready_at, p.index))
 
     def replica_seconds(self, until: float) -> float:

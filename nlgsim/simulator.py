@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -158,8 +159,11 @@ class ClusterActuator:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, stop: StopWhen | None = None) -> None:
+    def __init__(self, scenario: Scenario, stop: StopWhen | None = None, ahead: bool = True) -> None:
+        """``ahead=False`` puts every engine step through the event queue (the tests' reference for
+        ``Replica.decode_ahead``, which gives the same run)."""
         self.s = scenario
+        self._ahead = ahead
         self._stop = stop
         self.stopped = False
         if scenario.initial_replicas < 0:
@@ -175,6 +179,12 @@ class Simulation:
         self._seq = itertools.count()
         self._left = len(self.states)
         self.now = 0.0
+        # What bounds a replica's steps run ahead of the queue (Replica.decode_ahead): the next
+        # arrival, scrape and round, and the pods still starting (a pod ready changes the routing).
+        self._next_arrival = 0
+        self._next_scrape = math.inf
+        self._next_loop = math.inf
+        self._starting: list[float] = []
         policy = scenario.policy
         self.source: ScrapedSource | None = None
         self.controller: Controller | None = None
@@ -185,7 +195,7 @@ class Simulation:
                 self.source, ClusterActuator(self), Telemetry(CollectorRegistry()), source_kind="direct",
                 clock=lambda: self.now, policies=lambda spec: policy,
             )  # fmt: skip
-            self.controller.set_config_target(MODEL, policy.spec, MODEL)
+            self.controller.targets.set_config_target(MODEL, policy.spec, MODEL)
 
     def _push(self, t: float, kind: int, payload: Any = None) -> None:
         heapq.heappush(self._events, (t, kind, next(self._seq), payload))
@@ -195,8 +205,10 @@ class Simulation:
         for _ in range(s.initial_replicas):
             self.cluster.mark_ready(self.cluster.create(0.0, ready_now=True), 0.0)
         if s.policy is not None:
-            self._push(s.scrape_interval, _SCRAPE)
-            self._push(s.control_from or s.loop_interval, _LOOP)
+            self._next_scrape = s.scrape_interval
+            self._next_loop = s.control_from or s.loop_interval
+            self._push(self._next_scrape, _SCRAPE)
+            self._push(self._next_loop, _LOOP)
         if self.states:
             self._push(self.states[0].request.arrival, _ARRIVAL, 0)
         horizon = self.states[-1].request.arrival if self.states else 0.0
@@ -235,6 +247,7 @@ class Simulation:
     # -- requests and engines ----------------------------------------------------------------------
 
     def _arrive(self, i: int) -> None:
+        self._next_arrival = i + 1
         if i + 1 < len(self.states):
             self._push(self.states[i + 1].request.arrival, _ARRIVAL, i + 1)
         pod = self.cluster.route()
@@ -253,9 +266,30 @@ class Simulation:
         replica = pod.replica
         replica.finish(self.now)
         if replica.has_work():
-            self._push(replica.start(self.now), _STEP, pod)
+            end = replica.start(self.now)
+            if self._ahead:
+                end = replica.decode_ahead(end, self._quiet_until(pod))
+            self._push(end, _STEP, pod)
         elif pod.deleted is not None:
             self.cluster.drained(pod, self.now)
+
+    def _quiet_until(self, pod: Pod) -> float:
+        """Until when nothing but its own steps touches ``pod``'s replica: the next request routed to it
+        (round-robin over the ready pods as they are; least-loaded: the next request), scrape or round,
+        and the next pod to become ready (which changes the routing)."""
+        starting = self._starting
+        while starting and starting[0] < self.now:
+            heapq.heappop(starting)
+        quiet = min(self._next_scrape, self._next_loop, starting[0] if starting else math.inf)
+        i = self._next_arrival
+        ready = self.cluster.ready
+        if self.s.routing == "round-robin":
+            if pod.deleted is not None or not pod.ready:
+                return quiet  # out of the Service: no request reaches it
+            # route() advances the pointer and then picks, so the m-th next request goes to
+            # ready[(rr + m) % n].
+            i += (ready.index(pod) - self.cluster.rr - 1) % len(ready)
+        return min(quiet, self.states[i].request.arrival) if i < len(self.states) else quiet
 
     def _done(self, state: RequestState, t: float) -> None:
         self._left -= 1
@@ -275,15 +309,17 @@ class Simulation:
 
     def _scrape(self) -> None:
         assert self.source is not None
-        self._push(self.now + self.s.scrape_interval, _SCRAPE)
+        self._next_scrape = self.now + self.s.scrape_interval
+        self._push(self._next_scrape, _SCRAPE)
         snapshot = {f"pod-{p.index}": pod_sample(p.replica.metrics) for p in self.cluster.ready}
         self.source.scraped.append((self.now, snapshot))
 
     def _loop(self) -> None:
         assert self.controller is not None
-        self._push(self.now + self.s.loop_interval, _LOOP)
+        self._next_loop = self.now + self.s.loop_interval
+        self._push(self._next_loop, _LOOP)
         self.controller.run_once()
-        last = self.controller.last_decision(MODEL)
+        last = self.controller.targets.last_decision(MODEL)
         if last is not None and last[0] == self.now:
             _, d = last
             self.loops.append(LoopRecord(self.now, d.current, d.desired, d.valid, d.reason, dict(d.values)))
@@ -294,6 +330,7 @@ class Simulation:
         for _ in range(replicas - current):
             pod = self.cluster.create(self.now)
             self._push(pod.ready_at, _READY, pod)
+            heapq.heappush(self._starting, pod.ready_at)
         if replicas < current:
             self.cluster.delete(current - replicas, self.now)
 

@@ -1,0 +1,65 @@
+"""Steps run ahead of the event queue (Replica.decode_ahead) change nothing: runs equal the stepped ones."""
+
+from __future__ import annotations
+
+import pytest
+from sim_testkit import paper_profile, req
+
+from autoscaler.config import ScalerSpec
+from nlgsim.experiment import build_policy, planner_config
+from nlgsim.profile import load_profile
+from nlgsim.simulator import RunLog, Scenario, Simulation
+from nlgsim.slo import SLO
+from nlgsim.workload import COMPLEX, thesis_requests
+
+SPEC = ScalerSpec(
+    type="pertoken", threshold=20, time_window=30, max_deployment_count=8, stabilization_window=60
+)
+SLO_TRACE = SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken"))
+
+
+def _run(scenario: Scenario, ahead: bool) -> RunLog:
+    return Simulation(scenario, ahead=ahead).run()
+
+
+def _outcome(log: RunLog) -> tuple[object, ...]:
+    states = [
+        (s.request.id, s.replica, s.admitted, s.first_token, s.finish, s.per_token) for s in log.states
+    ]
+    loops = [(r.time, r.current, r.desired, r.reason, sorted(r.values.items())) for r in log.loops]
+    return states, log.pod_changes, loops, log.end, log.replica_seconds
+
+
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
+@pytest.mark.parametrize(
+    ("profile", "rate"),
+    [
+        ("benchmarks/profiles/cpu-gpt2-fp32.json", 3.0),  # pads decode to the longest context
+        ("benchmarks/profiles/h100-gpt2-xl-fp16.json", 40.0),  # the mean context
+        ("benchmarks/profiles/t4-gpt2-xl-fp16-derived.json", 6.0),
+    ],
+    ids=["cpu-max-context", "h100-mean-context", "t4"],
+)
+@pytest.mark.parametrize("policy", ["pertoken:20", "planner", "fixed:2"])
+def test_running_steps_ahead_gives_the_stepped_run_bit_for_bit(profile, rate, routing, policy):
+    engine = load_profile(profile)
+    requests = thesis_requests(COMPLEX, rate, 300, seed=3, ramp_s=5.0)
+    cfg = planner_config(engine, requests, SLO_TRACE, 5.0, None)
+    built, initial = build_policy(policy, SPEC, cfg)
+    scenario = Scenario(engine, requests, built, initial_replicas=initial, routing=routing, startup_s=8.0)
+    ahead, stepped = _run(scenario, True), _run(scenario, False)
+    assert _outcome(ahead) == _outcome(stepped)
+    assert all(s.finish > 0 for s in ahead.states)
+
+
+def test_steps_ahead_stop_at_the_next_request_to_the_pod_and_at_a_choice_finishing():
+    """One pod decoding a long choice: a second request must join the batch at the step after it
+    arrives, and the first choice's end must come out of the queue, as in the stepped run."""
+    profile = paper_profile(max_batch=8)
+    requests = [req(0, 0.0, 10, 200), req(1, 0.5, 10, 50), req(2, 0.9, 10, 3)]
+    scenario = Scenario(profile, requests, None, initial_replicas=1)
+    ahead, stepped = _run(scenario, True), _run(scenario, False)
+    assert _outcome(ahead) == _outcome(stepped)
+    first, second, third = ahead.states
+    assert 0.5 < second.admitted < 0.5 + 0.02  # admitted at the first step boundary after 0.5 s
+    assert third.finish < second.finish < first.finish

@@ -6,7 +6,8 @@ default after reporting a bad value, so that every problem of a file is found in
 checks (``positive``, ``one_of``, ...) return a list of messages, each ``<key path> = <value>: <rule>``.
 
 Reading is total: any value JSON or YAML can produce (a 400-digit integer, a 5 MB string, a list nested
-a thousand deep) becomes a message, never an exception, and a message shows at most a short,
+a thousand deep; integers past Python's digit limit once :mod:`autoscaler.safe_parse` has read them)
+becomes a message naming the key and its bound, never an exception, and a message shows at most a short,
 abbreviated form of the value (:func:`show`), so an error never echoes a large input back.
 """
 
@@ -18,6 +19,7 @@ import ipaddress
 import math
 import re
 import reprlib
+import sys
 import typing
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,6 +32,8 @@ _HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
 #: Longest string and list any field takes; fields with a tighter rule check it in ``validate``.
 MAX_STRING = 4096
 MAX_ITEMS = 256
+
+_FLOAT_MAX = sys.float_info.max
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 60
@@ -84,13 +88,10 @@ def _convert(
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif hint is float:
         ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if ok:
-            try:
-                ok = math.isfinite(float(value))
-            except OverflowError:  # an int too large for a float
-                ok = False
-            if ok:
-                value = float(value)
+        if ok and not (isinstance(value, int) and abs(value) > _FLOAT_MAX):
+            ok = math.isfinite(value)
+            value = float(value)
+        # An int too large for a float stays an int: the key's range check refuses it by its bound.
     elif hint is str or origin is typing.Literal:
         ok = isinstance(value, str) and len(value) <= MAX_STRING
         if isinstance(value, str) and not ok:

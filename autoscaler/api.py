@@ -26,7 +26,6 @@ another target already scales are 409s.
 # No ``from __future__ import annotations``: FastAPI resolves the dependency annotations of the
 # handlers at runtime, and they refer to names local to create_app().
 import hashlib
-import json
 import secrets
 from typing import Annotated, Any, Final, Literal
 
@@ -39,6 +38,7 @@ from autoscaler import __version__
 from autoscaler._schema import show
 from autoscaler.config import ConfigError, Registration, parse_registration
 from autoscaler.loop import Controller, TargetConflict
+from autoscaler.safe_parse import loads_json
 
 #: A Listing 6.1 body is a few hundred bytes; this leaves room for every signal and long names.
 MAX_BODY_BYTES: Final = 64 * 1024
@@ -97,10 +97,10 @@ async def _read_json(request: Request) -> Any:
         if len(body) > MAX_BODY_BYTES:
             raise too_large
     try:
-        data = json.loads(body)
+        data = loads_json(body)
     except RecursionError as e:
         raise _bad_body(f"nested deeper than {MAX_DEPTH} levels") from e
-    except ValueError as e:  # malformed, not UTF-8, or an integer past Python's digit limit
+    except ValueError as e:  # malformed or not UTF-8 (a huge integer is a value, refused by its key's bound)
         raise _bad_body(f"not JSON ({str(e).split(';')[0]})") from e
     if _depth(data) > MAX_DEPTH:
         raise _bad_body(f"nested deeper than {MAX_DEPTH} levels")

@@ -3,7 +3,7 @@
 This module owns the command line and nothing else::
 
     nlg-autoscaler --config autoscaler.yaml            # run (reloads the file when it changes)
-    nlg-autoscaler --config autoscaler.yaml --check    # validate: every error, exit status 2
+    nlg-autoscaler --config autoscaler.yaml --check    # validate (api.token_file read too): every error, exit 2
     nlg-autoscaler --config autoscaler.yaml --once     # one round, decisions printed as JSON
 
 Exit status: 0 after a clean stop, 2 for a configuration that does not parse, 1 when the service
@@ -25,7 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from autoscaler import __version__
 from autoscaler.app import App, StartupError
-from autoscaler.config import AutoscalerConfig, ConfigError
+from autoscaler.config import AutoscalerConfig, ConfigError, read_api_token
 from autoscaler.kube import KubeConfigError
 from autoscaler.reload import ConfigWatcher
 
@@ -57,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     watcher = ConfigWatcher(args.config)
     try:
         config = watcher.load()
+        read_api_token(config.api)
     except ConfigError as e:
         print(f"{args.config}: {e}", file=sys.stderr)
         return 2

@@ -30,7 +30,9 @@ from typing import Any, Final, Literal
 import yaml
 
 from autoscaler import _schema as s
+from autoscaler.collect.backends import BACKEND_NAMES
 from autoscaler.profile import load_profile
+from autoscaler.safe_parse import load_yaml
 
 PolicyType = Literal["request", "pertoken", "planner"]
 #: ``scaler.type`` values; ``planner`` needs ``scaler.planner.profile``.
@@ -56,7 +58,7 @@ SIGNAL_METRICS: Final[tuple[str, ...]] = (
     "request_mean", "request_p50", "request_p90", "request_p99",
     "pertoken_mean", "pertoken_p50", "pertoken_p90", "pertoken_p99",
     "ttft_mean", "ttft_p99", "itl_mean", "itl_p99",
-    "waiting_per_replica", "kv_usage",
+    "waiting_per_replica", "kv_usage", "queue_mean",
 )  # fmt: skip
 
 
@@ -174,9 +176,16 @@ class ScalerSpec:
         errors = s.one_of(f"{path}.type", self.type, POLICY_TYPES)
         if self.type == "planner":
             errors += self.planner.validate(f"{path}.planner")
-        errors += s.between(f"{path}.min_deployment_count", self.min_deployment_count, 0, MAX_REPLICAS)
+        if self.min_deployment_count == 0:
+            errors.append(
+                f"{path}.min_deployment_count = 0: must be >= 1: this autoscaler cannot scale up from zero "
+                "(with no pod there is no metric to read); scale to zero with KEDA (the chart's "
+                "scaling.mode=keda), whose activation starts the first replica on a Prometheus query"
+            )
+        else:
+            errors += s.between(f"{path}.min_deployment_count", self.min_deployment_count, 1, MAX_REPLICAS)
         errors += s.between(f"{path}.max_deployment_count", self.max_deployment_count, 1, MAX_REPLICAS)
-        if self.max_deployment_count < self.min_deployment_count:
+        if self.max_deployment_count < self.min_deployment_count <= MAX_REPLICAS:
             errors.append(
                 f"{path}.max_deployment_count = {self.max_deployment_count}: must be >= "
                 f"{path}.min_deployment_count ({self.min_deployment_count})"
@@ -307,9 +316,12 @@ class MetricsSpec:
 
     host: str = "127.0.0.1"
     port: int = 9100
+    #: Whose metric names the Triton pods carry (docs/backends.md); ``auto`` detects them.
+    backend: str = "auto"
 
     def validate(self, path: str = "metrics") -> list[str]:
         errors = [*s.non_empty(f"{path}.host", self.host), *s.printable(f"{path}.host", self.host, 253)]
+        errors += s.one_of(f"{path}.backend", self.backend, BACKEND_NAMES)
         return errors + s.port(f"{path}.port", self.port)
 
 
@@ -438,16 +450,40 @@ def load_config(path: str | os.PathLike[str]) -> AutoscalerConfig:
         bad = raw[e.start : e.start + 1].hex()
         raise ConfigError([f"{name}: not UTF-8 (byte 0x{bad} at offset {e.start}); save it as UTF-8"]) from e
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError([f"{name}: not valid YAML: {e}"]) from e
     except RecursionError as e:
         raise ConfigError([f"{name}: nested too deeply to be a config file"]) from e
-    except ValueError as e:  # e.g. an integer past Python's 4300-digit limit
+    except ValueError as e:  # e.g. a date that does not exist (2024-02-30)
         raise ConfigError([f"{name}: a value cannot be read: {e}"]) from e
     if data is not None and not isinstance(data, Mapping):
         raise ConfigError([f"{name}: top level is {type(data).__name__}, must be a mapping"])
     return parse_config(data)
+
+
+def read_api_token(spec: ApiSpec, path: str = "api") -> str | None:
+    """The bearer token in ``spec.token_file``; None without one or with the API off.
+
+    Not part of ``validate()``: the file is a mounted Secret that only the pod has, while the
+    chart's tests parse the rendered config elsewhere. ``--check`` and the start call it.
+    """
+    if not spec.port or not spec.token_file:
+        return None
+    key = f"{path}.token_file = {spec.token_file!r}"  # the whole path: the user looks for that file
+    try:
+        with open(spec.token_file, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise ConfigError([f"{key}: cannot read it ({e.strerror or e}); put the bearer token in that file, "
+                           f"or leave {path}.token_file empty for an API without writes"]) from e  # fmt: skip
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError as e:
+        raise ConfigError([f"{key}: not UTF-8; put the bearer token in it as text"]) from e
+    if not token or len(raw) > MAX_FILE_BYTES:
+        raise ConfigError([f"{key}: {'empty' if not token else 'larger than 1 MiB'}; put the bearer token in it"])
+    return token
 
 
 def to_dict(obj: Any) -> dict[str, Any]:

@@ -174,7 +174,9 @@ ODD_BODIES = [
     (json.dumps({**BODY, "scaler": {"threshold": 10**400}}), 422, "scaler.threshold = 1000000000"),
     (json.dumps({**BODY, "scaler": {"threshold": 1e308 * 10}}), 422, "scaler.threshold = inf: must be a finite"),
     ('{"model_id": "x", "scaler": {"threshold": NaN}}', 422, "scaler.threshold = nan: must be a finite"),
-    ('{"model_id": ' + "9" * 5000 + "}", 422, "body: not JSON (Exceeds the limit (4300 digits)"),
+    ('{"model_id": ' + "9" * 5000 + "}", 422, "model_id = <an integer of 5000 digits>: must be a string"),
+    ('{"model_id": "x", "scaler": {"min_deployment_count": ' + "9" * 5000 + "}}", 422,
+     "scaler.min_deployment_count = <an integer of 5000 digits>: must be at most 1000"),
     (json.dumps({**BODY, "model_id": "m" * 10_000}), 422, "model_id = 'mmmmmmmmmmmmmmmmmmmmmmmmmmm...mmmm"),
     (json.dumps({**BODY, "instance_type": "i" * 60_000}), 422, "instance_type = 'iiiiiiiiiiiiiiiiiiiiiiiiiii...iii"),
     (json.dumps({**BODY, "instance_type": "i" * 5_000_000}), 413, f"body: larger than {MAX_BODY_BYTES} bytes"),
@@ -189,7 +191,7 @@ ODD_BODIES = [
 @pytest.mark.parametrize(
     ("content", "status", "message"),
     ODD_BODIES,
-    ids=["count-10e400", "threshold-10e400", "threshold-inf", "nan", "5000-digits", "model-id-10k",
+    ids=["count-10e400", "threshold-10e400", "threshold-inf", "nan", "5000-digits", "count-5000-digits", "model-id-10k",
          "field-60k", "field-5mb", "nesting-9", "nesting-50k", "nesting-30k", "many-keys", "not-utf-8"],
 )  # fmt: skip
 def test_odd_bodies_are_refused_with_a_named_error_never_a_500(api, content, status, message):

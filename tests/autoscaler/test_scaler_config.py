@@ -85,7 +85,9 @@ BAD = [
     ({"scaler": {"threshold": True}}, "scaler.threshold = True: must be a finite number"),
     ({"scaler": {"type": "latency"}}, "scaler.type = 'latency': must be one of request, pertoken"),
     ({"scaler": {"min_deployment_count": 1.5}}, "scaler.min_deployment_count = 1.5: must be an integer"),
-    ({"scaler": {"min_deployment_count": -1}}, "scaler.min_deployment_count = -1: must be >= 0"),
+    ({"scaler": {"min_deployment_count": -1}}, "scaler.min_deployment_count = -1: must be >= 1"),
+    ({"scaler": {"min_deployment_count": 0}},
+     "scaler.min_deployment_count = 0: must be >= 1: this autoscaler cannot scale up from zero"),
     ({"scaler": {"min_deployment_count": 3, "max_deployment_count": 2}},
      "scaler.max_deployment_count = 2: must be >= scaler.min_deployment_count (3)"),
     ({"scaler": {"max_deployment_count": 0, "min_deployment_count": 0}},
@@ -217,7 +219,8 @@ def test_load_config_errors_name_the_file(tmp_path, content, message):
 
 def test_lease_must_outlive_the_loop_interval():
     with pytest.raises(ConfigError) as caught:
-        parse_config({"leader_election": {"enabled": True, "lease_duration": 5}, "loop": {"interval": 5}})
+        election = {"enabled": True, "lease_duration": 5}
+        parse_config({"leader_election": election, "loop": {"interval": 5}, "api": {"port": 0}})
     assert caught.value.errors == [
         "leader_election.lease_duration = 5.0: must be greater than loop.interval (5.0), "
         "or the lease expires between renewals"
@@ -253,10 +256,11 @@ def test_at_most_fifty_problems_are_listed():
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (b"scaler:\n  threshold: " + b"9" * 400 + b"\n", f"scaler.threshold = {NINES}: must be a finite"),
+        (b"scaler:\n  threshold: " + b"9" * 400 + b"\n", f"scaler.threshold = {NINES}: must be at most 3.6e+06"),
         (b"scaler:\n  threshold: 1.0e+400\n", "scaler.threshold = inf: must be a finite number"),
         (b"scaler:\n  threshold: .nan\n", "scaler.threshold = nan: must be a finite number"),
-        (b"scaler:\n  min_deployment_count: " + b"9" * 5000 + b"\n", "a value cannot be read: Exceeds the limit"),
+        (b"scaler:\n  min_deployment_count: " + b"9" * 5000 + b"\n",
+         "scaler.min_deployment_count = <an integer of 5000 digits>: must be at most 1000"),
         (b"model_id: gpt\xff2\n", "not UTF-8 (byte 0xff at offset 13); save it as UTF-8"),
         (b"scaler: " + b"[" * 1500 + b"]" * 1500 + b"\n", "nested too deeply"),
         (b"# " + b"x" * (1 << 20) + b"\n", "larger than 1048576 bytes"),
@@ -280,7 +284,7 @@ def test_check_reports_odd_files_with_exit_status_2(tmp_path, capsys):
     assert "not UTF-8" in capsys.readouterr().err
     path.write_bytes(b"scaler:\n  threshold: " + b"9" * 400 + b"\n")
     assert main(["--config", str(path), "--check"]) == 2
-    assert f"scaler.threshold = {NINES}: must be a finite number" in capsys.readouterr().err
+    assert f"scaler.threshold = {NINES}: must be at most 3.6e+06" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

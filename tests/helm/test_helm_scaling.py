@@ -46,6 +46,15 @@ def test_unknown_mode_is_rejected(helm):
 # --- KEDA ------------------------------------------------------------------------------------------
 
 
+def test_scale_to_zero_is_keda_s(render, helm):
+    """The autoscaler cannot scale up from zero pods (no pod, no metric): the chart sends 0 to KEDA."""
+    spec = render("--set", "scaling.mode=keda", "--set", "autoscaler.policy.min_deployment_count=0")
+    assert spec.one("ScaledObject", "-triton")["spec"]["minReplicaCount"] == 0
+    with pytest.raises(HelmError, match=r"min_deployment_count \(0\) must be at least 1 with scaling.mode=autoscaler"
+                       r".*use scaling.mode=keda to scale to zero"):  # fmt: skip
+        helm.template("--set", "autoscaler.policy.min_deployment_count=0")
+
+
 def test_keda_scales_the_triton_deployment_on_per_token_latency(render):
     spec = render("--set", "scaling.mode=keda").one("ScaledObject", "-triton")["spec"]
     assert spec["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": TRITON}

@@ -70,6 +70,11 @@ REJECTED = [
         "at '/autoscaler/policy/max_deployment_count': got string, want integer",
     ),
     (
+        "autoscaler-cannot-scale-from-zero",
+        ["autoscaler.policy.min_deployment_count=0"],
+        "autoscaler.policy.min_deployment_count (0) must be at least 1 with scaling.mode=autoscaler",
+    ),
+    (
         "hpa-cannot-scale-to-zero",
         ["scaling.mode=hpa", "autoscaler.policy.min_deployment_count=0"],
         "autoscaler.policy.min_deployment_count (0) must be at least 1 with scaling.mode=hpa",

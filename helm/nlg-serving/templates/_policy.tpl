@@ -105,6 +105,9 @@ Call with (dict "root" $ "metric" "pertoken_mean").
 {{- if gt (float64 $p.min_deployment_count) (float64 $p.max_deployment_count) }}
 {{- fail (printf "autoscaler.policy.min_deployment_count (%v) must be less than or equal to autoscaler.policy.max_deployment_count (%v): raise max_deployment_count or lower min_deployment_count" $p.min_deployment_count $p.max_deployment_count) }}
 {{- end }}
+{{- if and (eq .Values.scaling.mode "autoscaler") (lt (float64 $p.min_deployment_count) 1.0) }}
+{{- fail (printf "autoscaler.policy.min_deployment_count (%v) must be at least 1 with scaling.mode=autoscaler: with no pod there is no metric to scale up from; use scaling.mode=keda to scale to zero" $p.min_deployment_count) }}
+{{- end }}
 {{- if and (eq .Values.scaling.mode "hpa") (lt (float64 $p.min_deployment_count) 1.0) }}
 {{- fail (printf "autoscaler.policy.min_deployment_count (%v) must be at least 1 with scaling.mode=hpa: a HorizontalPodAutoscaler cannot scale to zero; use scaling.mode=keda or autoscaler for that" $p.min_deployment_count) }}
 {{- end }}

@@ -61,3 +61,14 @@ def test_settings_that_may_be_zero_refuse_a_negative(key, value):
 @pytest.mark.parametrize(("key", "value"), [("kv_cache_bytes", "0"), ("seed", "0"), ("drain_seconds", "0")])
 def test_zero_is_allowed_where_it_means_something(key, value):
     assert getattr(load_settings({key: value}, {}), key) == 0
+
+
+@pytest.mark.parametrize("value", ["0", "-0.5", "1.01", "nan", "inf", "most", ""])
+def test_memory_utilization_is_a_share_above_0_and_at_most_1(value):
+    with pytest.raises(InvalidSettings, match=rf"memory_utilization: must be a number in \(0, 1\], got '{value}'"):
+        load_settings({"memory_utilization": value}, {})
+
+
+@pytest.mark.parametrize(("value", "want"), [("1", 1.0), ("0.5", 0.5), (" .95 ", 0.95)])
+def test_memory_utilization_reads_a_share(value, want):
+    assert load_settings({}, {"NLG_MEMORY_UTILIZATION": value}).memory_utilization == want

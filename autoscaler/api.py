@@ -1,6 +1,6 @@
 """The management REST API of the thesis's Table 6.1, on FastAPI (which serves the OpenAPI document).
 
-This module owns HTTP and nothing else; the targets live in :class:`autoscaler.loop.Controller`.
+This module owns HTTP and nothing else; the targets live in :class:`autoscaler.targets.Targets`.
 
 =========  ==============================  ==================================================
 method     path                            does
@@ -20,12 +20,19 @@ unless ``auth`` is ``"none"``. A body over :data:`MAX_BODY_BYTES` is a 413; one 
 nests deeper than :data:`MAX_DEPTH` or breaks a rule is a 422 whose ``detail.errors`` lists every
 problem, each naming its key (``scaler.threshold = -1.0: must be greater than 0``). A model already
 registered (POST), the config file's model (POST, PUT, DELETE), and a Deployment or Triton model
-another target already scales are 409s.
+another target already scales are 409s, checked against the stored set of targets (see
+:mod:`autoscaler.target_store`), which every replica reads.
+
+Writes go to the leader. A standby (leader election on, another replica holds the Lease) answers a
+write 503 with ``Retry-After`` and ``detail.leader`` naming the replica that leads (null if none is
+known); so does any replica when the stored targets cannot be reached (``detail.error`` says why).
+Reads answer on any replica, from the targets it read last.
 """
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency annotations of the
 # handlers at runtime, and they refer to names local to create_app().
 import hashlib
+import math
 import secrets
 from typing import Annotated, Any, Final, Literal
 
@@ -37,8 +44,10 @@ from pydantic import TypeAdapter
 from autoscaler import __version__
 from autoscaler._schema import show
 from autoscaler.config import ConfigError, Registration, parse_registration
-from autoscaler.loop import Controller, TargetConflict
+from autoscaler.loop import Controller
 from autoscaler.safe_parse import loads_json
+from autoscaler.target_store import StoreUnavailable
+from autoscaler.targets import TargetConflict
 
 #: A Listing 6.1 body is a few hundred bytes; this leaves room for every signal and long names.
 MAX_BODY_BYTES: Final = 64 * 1024
@@ -115,11 +124,18 @@ def _parse(data: Any) -> Registration:
 
 
 def create_app(
-    controller: Controller, token: str | None = None, *, auth: Literal["token", "none"] = "token"
+    controller: Controller,
+    token: str | None = None,
+    *,
+    auth: Literal["token", "none"] = "token",
+    retry_after: float = 5.0,
 ) -> FastAPI:
     """The API over ``controller``. With ``token`` every /deployment call needs it; without one reads
     are open and writes are refused unless ``auth`` is ``"none"`` (config.ApiSpec keeps that on loopback).
+    A 503 asks the client to come back in ``retry_after`` seconds (the loop interval).
     """
+    targets = controller.targets
+    come_back = {"Retry-After": str(max(1, math.ceil(retry_after)))}
     app = FastAPI(
         title="nlg-autoscaler",
         version=__version__,
@@ -149,8 +165,25 @@ def create_app(
                 "anonymous writes (the API then listens on loopback only)",
             )
 
+    def leading(_: Annotated[None, Depends(authorize_write)]) -> None:
+        elector = controller.elector
+        if elector is None or elector.leading:
+            return
+        holder = elector.holder or None
+        if holder:
+            why = f"{holder!r} leads: send it again (the Service picks a replica) or to {holder!r}"
+        else:
+            why = f"no leader is known ({elector.error or 'the Lease is free'}); send it again"
+        message = f"this replica ({elector.identity!r}) is a standby and does not take writes; {why}"
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, {"error": message, "leader": holder},
+                            headers=come_back)  # fmt: skip
+
+    def unavailable(e: StoreUnavailable) -> HTTPException:
+        return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, {"error": str(e), "leader": None},
+                             headers=come_back)  # fmt: skip
+
     read_auth = [Depends(authorize)]
-    write_auth = [Depends(authorize_write)]
+    write_auth = [Depends(leading)]
     body_doc = {
         "requestBody": {
             "required": True,
@@ -162,13 +195,17 @@ def create_app(
         409: {"description": "the config file or another target owns this model or its Deployment"},
         413: {"description": f"body over {MAX_BODY_BYTES} bytes"},
         422: {"description": "bad body: every problem named in detail.errors"},
-    }
+        503: {"description": "a standby (detail.leader names the leader), or the stored targets cannot be "
+                             "reached (detail.error); Retry-After says when to try again"},
+    }  # fmt: skip
 
-    def register(registration: Registration, replace: bool) -> dict[str, Any]:
+    def register(registration: Registration, replace: bool) -> tuple[dict[str, Any], bool]:
         try:
-            return controller.register(registration, replace=replace)
+            return targets.register(registration, replace=replace)
         except TargetConflict as e:
             raise HTTPException(409, str(e)) from e
+        except StoreUnavailable as e:
+            raise unavailable(e) from e
 
     @app.post(
         "/deployment/",
@@ -180,13 +217,8 @@ def create_app(
     )
     async def create(request: Request) -> JSONResponse:
         registration = _parse(await _read_json(request))
-        existing = controller.view(registration.model_id)
-        if existing is not None and existing["origin"] == "api":
-            model = registration.model_id
-            raise HTTPException(
-                409, f"model {model!r} is already registered: PUT /deployment/{model}/ replaces it"
-            )
-        return JSONResponse(register(registration, replace=False), status_code=status.HTTP_201_CREATED)
+        view, _ = register(registration, replace=False)
+        return JSONResponse(view, status_code=status.HTTP_201_CREATED)
 
     @app.put(
         "/deployment/{model_id}/",
@@ -203,13 +235,12 @@ def create_app(
         if registration.model_id != model_id:
             detail = f"model_id = {show(registration.model_id)}: must match the path's {show(model_id)}"
             raise HTTPException(422, {"errors": [detail]})
-        created = controller.view(model_id) is None
-        view = register(registration, replace=True)
+        view, created = register(registration, replace=True)
         return JSONResponse(view, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @app.get("/deployment/", dependencies=read_auth, summary="LIST: every model being scaled")
     def list_targets() -> list[dict[str, Any]]:
-        return controller.views()
+        return targets.views()
 
     @app.get(
         "/deployment/{model_id}/",
@@ -218,7 +249,7 @@ def create_app(
         responses={404: {"description": "no such model"}},
     )
     def read(model_id: str) -> dict[str, Any]:
-        view = controller.view(model_id)
+        view = targets.view(model_id)
         if view is None:
             hint = "POST /deployment/ registers one"
             raise HTTPException(404, f"no scaling target for model {show(model_id)}; {hint}")
@@ -228,13 +259,16 @@ def create_app(
         "/deployment/{model_id}/",
         dependencies=write_auth,
         summary="DELETE: stop scaling a model (its replicas stay as they are)",
-        responses={404: {"description": "no such model"}, 409: {"description": "the config file owns it"}},
+        responses={404: {"description": "no such model"}, 409: {"description": "the config file owns it"},
+                   503: errors_doc[503]},
     )
     def delete(model_id: str) -> dict[str, Any]:
         try:
-            removed = controller.unregister(model_id)
+            removed = targets.unregister(model_id)
         except TargetConflict as e:
             raise HTTPException(409, str(e)) from e
+        except StoreUnavailable as e:
+            raise unavailable(e) from e
         if not removed:
             raise HTTPException(404, f"no scaling target for model {show(model_id)}")
         return {"model_id": model_id, "deleted": True}

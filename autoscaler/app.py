@@ -2,8 +2,9 @@
 
 This module owns the lifecycle (start, apply a reloaded config, stop) and nothing else. A reload
 rebuilds only what changed: a new ``source`` or ``loop.interval`` gets a new metric source, a new
-``actuator`` a new actuator, a new ``leader_election`` a new elector; the scaler changes in place,
-keeping the policy state. ``api`` and ``metrics`` changes need a restart (their ports are bound).
+``actuator`` a new actuator, a new ``leader_election`` a new elector, a new ``target_store`` a new
+store of the API's targets (read at the next round); the scaler changes in place, keeping the
+policy state. ``api`` and ``metrics`` changes need a restart (their ports are bound).
 
 Every network call the loop makes is bounded by :func:`call_timeout`, half the loop interval (at
 most 10 s), so a round ends however the Kubernetes API, Triton or a pod fails. Both ports are bound
@@ -39,6 +40,7 @@ from autoscaler.kube import api_client, new_client
 from autoscaler.leader import LeaseElector
 from autoscaler.loop import Controller
 from autoscaler.reload import ConfigWatcher
+from autoscaler.target_store import ConfigMapStore, MemoryStore, TargetStore
 from autoscaler.telemetry import Telemetry
 
 log = logging.getLogger(__name__)
@@ -88,8 +90,9 @@ class App:
             clock=clock,
             elector=self._elector(config),
             target_name=self._target_name(config),
+            store=self._store(config),
         )
-        self.controller.set_config_target(config.model_id, config.scaler, self._config_target(config))
+        self.controller.targets.set_config_target(config.model_id, config.scaler, self._config_target(config))
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._api_server: uvicorn.Server | None = None
@@ -108,7 +111,9 @@ class App:
     def _source(self, config: AutoscalerConfig) -> WindowSource:
         spec = config.source
         if spec.kind == "prometheus":
-            return PrometheusSource(spec.prometheus_url, spec.timeout, on_error=self._on_scrape_error)
+            return PrometheusSource(
+                spec.prometheus_url, spec.timeout, on_error=self._on_scrape_error, backend=config.metrics.backend
+            )
         lister: StaticTargets | EndpointSliceTargets
         if spec.static_targets:
             lister = StaticTargets(spec.static_targets)
@@ -118,7 +123,7 @@ class App:
             lister = EndpointSliceTargets(api, spec.service, spec.namespace, spec.port_name, timeout)
         # A pod missing for two and a half rounds is gone: its gauges stop counting.
         stale = stale_after(config.loop.interval, spec.timeout)
-        return DirectSource(lister, spec.timeout, stale, on_error=self._on_scrape_error)
+        return DirectSource(lister, spec.timeout, stale, on_error=self._on_scrape_error, backend=config.metrics.backend)
 
     def _actuator(self, config: AutoscalerConfig) -> Actuator:
         spec = config.actuator
@@ -139,6 +144,13 @@ class App:
             retry_period=config.loop.interval, timeout=call_timeout(config),
         )  # fmt: skip
 
+    def _store(self, config: AutoscalerConfig) -> TargetStore:
+        spec = config.target_store
+        if spec.kind == "memory":
+            return MemoryStore()
+        api = k8s.CoreV1Api(self.kube())
+        return ConfigMapStore(api, spec.configmap, spec.namespace, timeout=call_timeout(config))
+
     @staticmethod
     def _config_target(config: AutoscalerConfig) -> str:
         return config.actuator.deployment if config.actuator.kind == "kubernetes" else config.model_id
@@ -155,26 +167,30 @@ class App:
         """Applies a reloaded configuration between two rounds (called from the loop thread); one whose
         target an API target already scales is refused whole, and the running one stays."""
         old, controller = self.config, self.controller
-        conflict = controller.config_target_conflict(new.model_id, self._config_target(new))
+        targets = controller.targets
+        conflict = targets.config_target_conflict(new.model_id, self._config_target(new))
         if conflict is not None:
             if self.watcher is not None:
                 self.watcher.refuse(conflict)
             else:
                 log.error("configuration not applied: %s", conflict)
             return
-        if new.source != old.source or new.loop.interval != old.loop.interval:
+        rebuild = (new.source, new.loop.interval, new.metrics.backend)
+        if rebuild != (old.source, old.loop.interval, old.metrics.backend):
             controller.source.close()
             controller.source = self._source(new)
-            controller.source_kind = new.source.kind
+            targets.source_kind = new.source.kind
         interval_changed = new.loop.interval != old.loop.interval
         if new.actuator != old.actuator or interval_changed:
             controller.actuator.close()
             controller.actuator = self._actuator(new)
-            controller.target_name = self._target_name(new)
+            targets.target_name = self._target_name(new)
         if new.leader_election != old.leader_election or interval_changed:
             controller.close()
             controller.elector = self._elector(new)
-        controller.set_config_target(new.model_id, new.scaler, self._config_target(new))
+        if new.target_store != old.target_store or interval_changed:
+            targets.store = self._store(new)
+        targets.set_config_target(new.model_id, new.scaler, self._config_target(new))
         if new.api != old.api or new.metrics != old.metrics:
             log.warning("api and metrics settings changed: they take effect after a restart")
         self.config = new
@@ -207,7 +223,7 @@ class App:
                 raise _bind_error(self.config.metrics.host, self.config.metrics.port, "metrics.port",
                                   "the autoscaler's /metrics", e) from e  # fmt: skip
         if api_socket is not None:
-            app = create_app(self.controller, token, auth=self.config.api.auth)
+            app = create_app(self.controller, token, auth=self.config.api.auth, retry_after=self.config.loop.interval)
             config = uvicorn.Config(app, log_level="warning", lifespan="off")
             server = self._api_server = uvicorn.Server(config)
             self._spawn("api", lambda: server.run(sockets=[api_socket]))

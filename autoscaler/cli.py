@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace, config: AutoscalerConfig, watcher: ConfigWatc
     if args.once:
         try:
             errors = app.controller.run_once()
-            print(json.dumps(app.controller.views(), indent=2))
+            print(json.dumps(app.controller.targets.views(), indent=2))
         finally:
             app.stop()
         if errors:

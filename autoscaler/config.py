@@ -8,7 +8,7 @@ Public API (imported by the Helm chart's tests and the simulator; keep stable):
 
 - :class:`AutoscalerConfig` with :class:`ScalerSpec`, :class:`PlannerSpec`, :class:`RateLimit`, :class:`Signal`,
   :class:`SourceSpec`, :class:`ActuatorSpec`, :class:`LoopSpec`, :class:`LeaderElectionSpec`,
-  :class:`ApiSpec`, :class:`MetricsSpec`; each has ``validate(path) -> list[str]``.
+  :class:`ApiSpec`, :class:`MetricsSpec`, :class:`TargetStoreSpec`; each has ``validate(path) -> list[str]``.
 - :class:`Registration`: the thesis's Listing 6.1 body of ``POST /deployment/``.
 - :func:`parse_config` ``(data: Mapping) -> AutoscalerConfig``, :func:`load_config` ``(path)``,
   :func:`parse_scaler` ``(data, path="scaler") -> ScalerSpec``,
@@ -40,6 +40,7 @@ POLICY_TYPES: Final[tuple[str, ...]] = ("request", "pertoken", "planner")
 SourceKind = Literal["direct", "prometheus"]
 ActuatorKind = Literal["kubernetes", "triton", "none"]
 ApiAuth = Literal["token", "none"]
+TargetStoreKind = Literal["memory", "configmap"]
 Select = Literal["max", "min"]
 
 #: Upper bounds of every number (documented in docs/autoscaler-config.md).
@@ -278,6 +279,22 @@ class LeaderElectionSpec:
 
 
 @dataclass(frozen=True)
+class TargetStoreSpec:
+    """Where the REST API's targets are kept: this process's memory (lost on a restart), or a ConfigMap
+    that every replica reads (``configmap``, in ``namespace``; the chart creates it)."""
+
+    kind: TargetStoreKind = "memory"
+    configmap: str = "nlg-autoscaler-targets"
+    namespace: str = "default"
+
+    def validate(self, path: str = "target_store") -> list[str]:
+        errors = s.one_of(f"{path}.kind", self.kind, ("memory", "configmap"))
+        errors += s.k8s_name(f"{path}.configmap", self.configmap)
+        errors += s.k8s_name(f"{path}.namespace", self.namespace)
+        return errors
+
+
+@dataclass(frozen=True)
 class ApiSpec:
     """The management REST API; ``port: 0`` turns it off.
 
@@ -337,10 +354,16 @@ class AutoscalerConfig:
     leader_election: LeaderElectionSpec = LeaderElectionSpec()
     api: ApiSpec = ApiSpec()
     metrics: MetricsSpec = MetricsSpec()
+    target_store: TargetStoreSpec = TargetStoreSpec()
 
     def validate(self) -> list[str]:
         cross: list[str] = []
         election = self.leader_election
+        if election.enabled and self.api.port and self.target_store.kind == "memory":
+            cross.append(
+                "target_store.kind = 'memory': with leader_election.enabled and the API on, a target "
+                "registered on one replica is unknown to the others; set target_store.kind: configmap"
+            )
         if election.enabled and election.lease_duration <= self.loop.interval:
             cross.append(
                 f"leader_election.lease_duration = {election.lease_duration!r}: must be greater than "
@@ -356,6 +379,7 @@ class AutoscalerConfig:
             *self.leader_election.validate("leader_election"),
             *self.api.validate("api"),
             *self.metrics.validate("metrics"),
+            *self.target_store.validate("target_store"),
         ]
 
 
@@ -394,7 +418,7 @@ def _build(cls: type[Any], data: Any, path: str, errors: list[str]) -> Any:
     instance, so ``scale_down: {period: 30}`` keeps ``max_pods: 1``.
     """
     nested = (RateLimit, Signal, PlannerSpec, ScalerSpec, SourceSpec, ActuatorSpec, LoopSpec, LeaderElectionSpec,
-              ApiSpec, MetricsSpec)  # fmt: skip
+              ApiSpec, MetricsSpec, TargetStoreSpec)  # fmt: skip
     return s.build(cls, data, path, errors, nested)
 
 

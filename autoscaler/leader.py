@@ -87,6 +87,8 @@ class LeaseElector:
         self.leading = False
         #: Why the last tick could not talk to the API server ("" when it could; losing a race is not an error).
         self.error = ""
+        #: Who held the Lease at the last read ("" when unknown or released): where a standby sends writers.
+        self.holder = ""
         self._renewed_at = 0.0
         self._seen: tuple[Any, ...] | None = None
         self._seen_at = 0.0
@@ -104,6 +106,7 @@ class LeaseElector:
 
     def _failed(self, e: KubeError) -> bool:
         self.error = str(e)
+        self.holder = self.identity if self.leading else ""
         if self.leading:  # the deadline check in tick() decides when a failing leader steps down
             log.warning("%s; leading until the renew deadline", e)
             return True
@@ -129,6 +132,7 @@ class LeaseElector:
                  timeout=timeout)  # fmt: skip
         except KubeError as e:
             return False if e.status == 409 else self._failed(e)
+        self.holder = self.identity
         return True
 
     def _patch(self, version: str | None, spec: dict[str, Any], timeout: float) -> bool:
@@ -140,8 +144,10 @@ class LeaseElector:
                  body, timeout=timeout, _content_type=_MERGE_PATCH)  # fmt: skip
         except KubeError as e:
             if e.status == 409:  # another replica wrote the Lease since we read it
+                self.holder = ""  # the next read says who
                 return self._set_leading(False, "another replica changed it (409 Conflict)")
             return self._failed(e)
+        self.holder = spec.get("holderIdentity", self.holder) or ""
         return True
 
     def tick(self, now: float) -> bool:
@@ -183,7 +189,7 @@ class LeaseElector:
             return self._failed(e)
         spec = lease.spec or k8s.V1LeaseSpec()
         version = lease.metadata.resource_version if lease.metadata else None
-        holder = spec.holder_identity or ""
+        holder = self.holder = spec.holder_identity or ""
         if holder == self.identity:
             return self._patch(version, {"renewTime": _micro_time(now)}, timeout)
         if self.leading:

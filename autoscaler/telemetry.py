@@ -22,7 +22,11 @@ nlg_autoscaler_loop_duration_seconds          histogram
 nlg_autoscaler_round_overruns_total           counter
 nlg_autoscaler_lease_errors_total             counter
 nlg_autoscaler_is_leader                      gauge
+nlg_autoscaler_target_store_errors_total      counter
+nlg_autoscaler_targets_stale                  gauge
 ============================================  =========  ==============================
+
+``targets_stale`` is 1 while the stored targets cannot be read: the loop scales the ones read last.
 
 A deleted target's series are removed (:meth:`Telemetry.forget`), not left at their last values.
 """
@@ -103,6 +107,14 @@ class Telemetry:
         )  # fmt: skip
         self.is_leader = Gauge(
             "nlg_autoscaler_is_leader", "1 while this replica holds the leader Lease (or election is off)",
+            registry=registry,
+        )  # fmt: skip
+        self.target_store_errors = Counter(
+            "nlg_autoscaler_target_store_errors", "Rounds whose read of the stored targets failed",
+            registry=registry,
+        )  # fmt: skip
+        self.targets_stale = Gauge(
+            "nlg_autoscaler_targets_stale", "1 while the stored targets cannot be read (the last ones read are used)",
             registry=registry,
         )  # fmt: skip
 

@@ -14,7 +14,8 @@ from autoscaler.actuate.kubernetes import DeploymentScaler
 from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.config import RateLimit, Registration, ScalerSpec
 from autoscaler.leader import LeaseElector
-from autoscaler.loop import Controller, TargetConflict
+from autoscaler.loop import Controller
+from autoscaler.targets import TargetConflict
 from autoscaler.telemetry import Telemetry
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def controller_for(pod, actuator, clock, elector=None):
     source = DirectSource(StaticTargets([pod.target]), timeout=2.0, stale_after=3.0)
     telemetry = Telemetry(registry)
     ctl = Controller(source, actuator, telemetry, source_kind="direct", clock=clock, elector=elector)
-    ctl.set_config_target("gpt2", SPEC, "triton")
+    ctl.targets.set_config_target("gpt2", SPEC, "triton")
     return ctl, registry
 
 
@@ -80,7 +81,7 @@ def test_scales_the_deployment_out_on_per_token_latency_and_back_in(pod, cluster
     assert cluster.replicas("triton") < 4
     run_until(ctl, clock, pod, 20)
     assert cluster.replicas("triton") == 1
-    view = ctl.view("gpt2")
+    view = ctl.targets.view("gpt2")
     assert view["replicas"] == {"current": 1, "desired": 1}
     assert any("stabilization window" in d["reason"] for d in view["decisions"])
 
@@ -94,15 +95,15 @@ def test_metric_source_down_holds_counts_and_resumes(pod, cluster):
     run_until(ctl, clock, pod, 5)
     assert cluster.replicas("triton") == 2
     assert value(registry, "nlg_autoscaler_scrape_errors_total", model="gpt2", source="direct") == 5
-    last = ctl.view("gpt2")["decisions"][0]
+    last = ctl.targets.view("gpt2")["decisions"][0]
     assert last["valid"] is False
     assert last["reason"].startswith("metric source failed; no data")
-    assert "metric source" in ctl.view("gpt2")["last_error"]
+    assert "metric source" in ctl.targets.view("gpt2")["last_error"]
     pod.start()
     pod.running.set(1)
     run_until(ctl, clock, pod, 3, pertoken_s=0.100)
     assert cluster.replicas("triton") == 4
-    assert ctl.view("gpt2")["last_error"] is None
+    assert ctl.targets.view("gpt2")["last_error"] is None
 
 
 def test_a_manual_change_is_counted_and_becomes_current(pod, cluster, caplog):
@@ -116,16 +117,16 @@ def test_a_manual_change_is_counted_and_becomes_current(pod, cluster, caplog):
     assert "changed outside the autoscaler" in caplog.text
     assert value(registry, "nlg_autoscaler_external_changes_total", model="gpt2") == 1
     assert cluster.replicas("triton") == 3  # on target at 3: nothing to undo
-    assert ctl.view("gpt2")["replicas"]["current"] == 3
+    assert ctl.targets.view("gpt2")["replicas"]["current"] == 3
 
 
 def test_actuation_errors_are_counted(pod, cluster):
     clock = FakeClock()
     ctl, registry = controller_for(pod, DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default"), clock)
-    ctl.set_config_target("gpt2", SPEC, "missing")
+    ctl.targets.set_config_target("gpt2", SPEC, "missing")
     ctl.run_once()
     assert value(registry, "nlg_autoscaler_actuation_errors_total", model="gpt2") == 1
-    assert "HTTP 404" in ctl.view("gpt2")["last_error"]
+    assert "HTTP 404" in ctl.targets.view("gpt2")["last_error"]
 
 
 class BusyModel(RecordingActuator):
@@ -150,9 +151,9 @@ def test_a_deferred_scale_in_keeps_the_replicas_and_is_asked_again(pod):
     assert actuator.observe("triton").replicas == 3
     assert value(registry, "nlg_autoscaler_deferred_total", model="gpt2") >= 1
     assert value(registry, "nlg_autoscaler_actuation_errors_total", model="gpt2") == 0
-    last = ctl.view("gpt2")["decisions"][0]
+    last = ctl.targets.view("gpt2")["decisions"][0]
     assert "deferred: 2 requests in flight" in last["reason"]
-    assert ctl.view("gpt2")["last_error"] is None
+    assert ctl.targets.view("gpt2")["last_error"] is None
     actuator.in_flight = 0  # the streams finish
     run_until(ctl, clock, pod, 5)
     assert actuator.observe("triton").replicas == 2  # one pod per 5 s, as the scale-down limit says
@@ -176,8 +177,8 @@ def test_only_the_leader_acts(pod, cluster):
         ctl_two.run_once()
     assert value(reg_one, "nlg_autoscaler_is_leader") == 1
     assert value(reg_two, "nlg_autoscaler_is_leader") == 0
-    assert ctl_two.view("gpt2")["decisions"] == []
-    assert ctl_one.view("gpt2")["decisions"]
+    assert ctl_two.targets.view("gpt2")["decisions"] == []
+    assert ctl_one.targets.view("gpt2")["decisions"]
     ctl_one.close()  # releases the Lease: the standby leads from its next round
     clock.advance(1)
     ctl_two.run_once()
@@ -188,20 +189,21 @@ def test_targets_registered_through_the_api_are_scaled_too(pod):
     clock = FakeClock()
     actuator = RecordingActuator(initial=1)
     ctl, registry = controller_for(pod, actuator, clock)
-    view = ctl.register(Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000)))
-    assert view["scale_target"] == "bert"
-    assert {v["model_id"] for v in ctl.views()} == {"gpt2", "bert"}
+    bert = Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000))
+    view, created = ctl.targets.register(bert)
+    assert view["scale_target"] == "bert" and created
+    assert {v["model_id"] for v in ctl.targets.views()} == {"gpt2", "bert"}
     with pytest.raises(TargetConflict, match="config file"):
-        ctl.register(Registration(model_id="gpt2"))
+        ctl.targets.register(Registration(model_id="gpt2"))
     with pytest.raises(TargetConflict, match="config file"):
-        ctl.unregister("gpt2")
+        ctl.targets.unregister("gpt2")
     ctl.run_once()
-    assert ctl.view("bert")["decisions"][0]["valid"] is False  # no series for bert: no data, hold
+    assert ctl.targets.view("bert")["decisions"][0]["valid"] is False  # no series for bert: no data, hold
     exposition = generate_latest(registry).decode()
     assert 'nlg_autoscaler_decisions_total{direction="no_data",model="bert"} 1.0' in exposition
-    assert ctl.unregister("bert") is True
-    assert ctl.unregister("bert") is False
-    assert ctl.view("bert") is None
+    assert ctl.targets.unregister("bert") is True
+    assert ctl.targets.unregister("bert") is False
+    assert ctl.targets.view("bert") is None
     exposition = generate_latest(registry).decode()
     assert 'model="bert"' not in exposition  # every series of the deleted target is gone
     assert 'model="gpt2"' in exposition
@@ -211,8 +213,8 @@ def test_reloading_the_config_target_keeps_state_when_unchanged(pod):
     clock = FakeClock()
     ctl, _ = controller_for(pod, RecordingActuator(initial=2), clock)
     ctl.run_once()
-    before = ctl.view("gpt2")["decisions"]
-    ctl.set_config_target("gpt2", SPEC, "triton")
-    assert ctl.view("gpt2")["decisions"] == before
-    ctl.set_config_target("gpt2-large", SPEC, "triton")
-    assert [v["model_id"] for v in ctl.views()] == ["gpt2-large"]
+    before = ctl.targets.view("gpt2")["decisions"]
+    ctl.targets.set_config_target("gpt2", SPEC, "triton")
+    assert ctl.targets.view("gpt2")["decisions"] == before
+    ctl.targets.set_config_target("gpt2-large", SPEC, "triton")
+    assert [v["model_id"] for v in ctl.targets.views()] == ["gpt2-large"]

@@ -100,7 +100,7 @@ def test_api_server_answering_500_holds_the_replicas_and_is_counted(cluster):
             source, DeploymentScaler(k8s.AppsV1Api(api), "default", timeout=0.5), Telemetry(registry),
             source_kind="direct", clock=FakeClock(), elector=elector(api),
         )  # fmt: skip
-        ctl.set_config_target("gpt2", ScalerSpec(), "triton")
+        ctl.targets.set_config_target("gpt2", ScalerSpec(), "triton")
         errors = ctl.run_once()
         assert errors == [
             "leader election: cannot read lease default/nlg-autoscaler: HTTP 500 Internal Server Error "
@@ -108,7 +108,7 @@ def test_api_server_answering_500_holds_the_replicas_and_is_counted(cluster):
         ]
         assert registry.get_sample_value("nlg_autoscaler_lease_errors_total") == 1
         assert registry.get_sample_value("nlg_autoscaler_is_leader") == 0
-        assert ctl.view("gpt2")["decisions"] == []  # a replica that cannot see does not act
+        assert ctl.targets.view("gpt2")["decisions"] == []  # a replica that cannot see does not act
         source.close()
     finally:
         pod.stop()

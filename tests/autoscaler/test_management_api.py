@@ -33,7 +33,7 @@ def controller():
     source = DirectSource(StaticTargets([]), timeout=0.5, stale_after=10)
     ctl = Controller(source, RecordingActuator(initial=2), Telemetry(CollectorRegistry()),
                      source_kind="direct", clock=FakeClock())  # fmt: skip
-    ctl.set_config_target("gpt2", ScalerSpec(), "gpt2")
+    ctl.targets.set_config_target("gpt2", ScalerSpec(), "gpt2")
     yield ctl
     source.close()
 

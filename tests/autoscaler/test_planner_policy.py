@@ -336,14 +336,14 @@ def test_the_controller_scales_out_and_in_with_the_planner(profile_path):
             source = DirectSource(StaticTargets([pod.target]), timeout=2.0, stale_after=3.0)
             actuator = DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default")
             ctl = Controller(source, actuator, Telemetry(registry), source_kind="direct", clock=clock)
-            ctl.set_config_target("gpt2", spec, "triton")
+            ctl.targets.set_config_target("gpt2", spec, "triton")
             ctl.run_once()
             for _ in range(8):  # 15 requests a second of 64-token prompts
                 pod.serve_requests(15, prompt=64, output=32, ttft_s=0.2, pertoken_s=0.02)
                 clock.advance(1)
                 ctl.run_once()
             out = cluster.replicas("triton")
-            view = ctl.view("gpt2")
+            view = ctl.targets.view("gpt2")
             assert view is not None
             assert view["metrics"]["prompt_tokens"] == pytest.approx(64)
             cfg = planner_config(spec.planner, load_profile(profile_path))
@@ -359,6 +359,6 @@ def test_the_controller_scales_out_and_in_with_the_planner(profile_path):
                 clock.advance(1)
                 ctl.run_once()
             assert cluster.replicas("triton") == 1
-            assert "demand 0/s" in ctl.view("gpt2")["decisions"][0]["reason"]
+            assert "demand 0/s" in ctl.targets.view("gpt2")["decisions"][0]["reason"]
     finally:
         pod.stop()

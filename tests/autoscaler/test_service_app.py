@@ -74,7 +74,7 @@ def test_service_serves_api_and_metrics_and_reloads_its_config(tmp_path, pod):
         auth = {"Authorization": "Bearer abc"}
         pod.running.set(1)
         deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and app.controller.view("gpt2")["replicas"]["current"] != 2:
+        while time.monotonic() < deadline and app.controller.targets.view("gpt2")["replicas"]["current"] != 2:
             pod.serve(0.050, n=5)  # per-token latency twice the target: 1 -> 2
             time.sleep(0.2)
         view = httpx.get(f"{api}/deployment/gpt2/", headers=auth).json()
@@ -88,7 +88,7 @@ def test_service_serves_api_and_metrics_and_reloads_its_config(tmp_path, pod):
         reloaded["scaler"]["threshold"] = 100
         write(path, reloaded)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and app.controller.view("gpt2")["scaler"]["threshold"] != 100:
+        while time.monotonic() < deadline and app.controller.targets.view("gpt2")["scaler"]["threshold"] != 100:
             time.sleep(0.1)
         view = httpx.get(f"{api}/deployment/gpt2/", headers=auth).json()
         assert view["targets"] == {"pertoken_mean": 100.0}
@@ -148,12 +148,13 @@ def test_a_reload_onto_a_target_the_api_scales_is_refused_and_the_running_config
     watcher = ConfigWatcher(path)
     app = App(watcher.load(), watcher=watcher)
     try:
-        app.controller.register(Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000)))
+        bert = Registration(model_id="bert", scaler=ScalerSpec(type="request", threshold=2000))
+        app.controller.targets.register(bert)
         write(path, {**base_config(pod), "model_id": "bert"})
         app._before_round()
         assert "already scaled for model 'bert' (api)" in (watcher.last_error or "")
         assert app.config.model_id == "gpt2" and watcher.current is not None and watcher.current.model_id == "gpt2"
-        assert {v["model_id"]: v["origin"] for v in app.controller.views()} == {"gpt2": "config", "bert": "api"}
+        assert {v["model_id"]: v["origin"] for v in app.controller.targets.views()} == {"gpt2": "config", "bert": "api"}
         write(path, {**base_config(pod), "scaler": {**base_config(pod)["scaler"], "threshold": 40}})
         app._before_round()  # a reload that takes no API target's place goes through
         assert watcher.last_error is None and app.config.scaler.threshold == 40

@@ -72,7 +72,7 @@ def test_a_triton_that_never_answers_does_not_stop_the_loop(pod):
             deadline = time.monotonic() + 20
             while value(app.registry, rounds) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            view = app.controller.view("gpt2")
+            view = app.controller.targets.view("gpt2")
         count, total = value(app.registry, rounds), value(app.registry, "nlg_autoscaler_loop_duration_seconds_sum")
     assert count >= 4, "the loop stopped going round"
     assert total / count < 1.0  # each round bounded by half the 0.4 s interval, not a 300 s load

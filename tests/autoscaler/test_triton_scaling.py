@@ -202,7 +202,7 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
     source = DirectSource(StaticTargets([metrics_target(triton)]), timeout=2.0, stale_after=3 * interval)
     actuator = TritonInstanceScaler(f"http://{triton.http_url}", triton.metrics_url)
     ctl = Controller(source, actuator, Telemetry(CollectorRegistry()), source_kind="direct")
-    ctl.set_config_target("gpt2", spec, "gpt2")
+    ctl.targets.set_config_target("gpt2", spec, "gpt2")
     trickle_stop = threading.Event()
     streams: list[threading.Thread] = []
 
@@ -223,7 +223,7 @@ def test_end_to_end_scales_out_under_load_and_in_after_stabilization(triton):
         deadline = time.time() + timeout
         while time.time() < deadline:
             ctl.run_once()
-            timeline.update((d["time"], d) for d in ctl.view("gpt2")["decisions"])
+            timeline.update((d["time"], d) for d in ctl.targets.view("gpt2")["decisions"])
             if predicate():
                 return time.time()
             time.sleep(interval)

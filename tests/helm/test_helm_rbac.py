@@ -19,7 +19,7 @@ import yaml
 from helm_testkit import NAMESPACE, RELEASE, ROOT, Rendered, pod_spec
 
 from autoscaler.app import App
-from autoscaler.config import AutoscalerConfig, parse_config
+from autoscaler.config import AutoscalerConfig, Registration, parse_config
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +87,11 @@ def autoscaler_accesses(config: AutoscalerConfig) -> set[Access]:
             "endpoints": [],
             "ports": [{"name": "metrics", "port": 8002}],
         }
+        store = config.target_store
+        if store.kind == "configmap":  # the chart creates it
+            cluster.objects["v1/configmaps", store.namespace, store.configmap] = {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": store.configmap}, "data": {},
+            }  # fmt: skip
         app = App(config, kube=cluster.client(), identity=f"{AUTOSCALER}-0")
         try:
             controller = app.controller
@@ -94,6 +99,9 @@ def autoscaler_accesses(config: AutoscalerConfig) -> set[Access]:
             controller.run_once()  # renew the Lease
             if config.actuator.kind == "kubernetes":
                 controller.actuator.scale(config.actuator.deployment, 2, expected=1)
+            if config.api.port:  # a target registered through the REST API, then removed
+                controller.targets.register(Registration(model_id="bert", deployment="bert"))
+                controller.targets.unregister("bert")
         finally:
             app.stop()  # releases the Lease
         return {Access.of(r.method.value, r.url.path, dict(r.params)) for r in list(cluster.emulator)}
@@ -114,6 +122,7 @@ CASES = [
     ("static-targets", ["autoscaler.source.static_targets[0]=127.0.0.1:9"]),
     ("no-leader-election", ["autoscaler.leader_election.enabled=false"]),
     ("dry-run", ["autoscaler.actuator.kind=none"]),
+    ("no-api", ["autoscaler.api.port=0"]),
 ]
 
 
@@ -141,6 +150,12 @@ def test_default_role(render):
             "resourceNames": [AUTOSCALER],
             "verbs": ["get", "patch"],
         },
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [f"{RELEASE}-nlg-serving-targets"],
+            "verbs": ["get", "patch"],
+        },
     ]
 
 
@@ -149,6 +164,7 @@ def test_prometheus_source_and_triton_actuator_need_no_api_access(render):
         "--set", "autoscaler.source.kind=prometheus",
         "--set", "autoscaler.actuator.kind=triton",
         "--set", "autoscaler.leader_election.enabled=false",
+        "--set", "autoscaler.api.port=0",
     )  # fmt: skip
     assert rendered.one("Role", "-autoscaler")["rules"] == []
 

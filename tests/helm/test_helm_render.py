@@ -95,6 +95,7 @@ def test_defaults_render_the_whole_release(render):
         ("Deployment", f"{base}-autoscaler"),
         ("Service", f"{base}-autoscaler"),
         ("ConfigMap", f"{base}-autoscaler"),
+        ("ConfigMap", f"{base}-targets"),
         ("ServiceAccount", f"{base}-autoscaler"),
         ("Role", f"{base}-autoscaler"),
         ("RoleBinding", f"{base}-autoscaler"),

@@ -40,7 +40,7 @@ def test_the_simulators_only_control_loop_is_the_services_controller():
     sim = Simulation(Scenario(paper_profile(), thesis_requests(SIMPLE, 2.0, 200, seed=0), hpa_policy(SPEC)))
     assert type(sim.controller) is Controller
     log = sim.run()
-    view = sim.controller.view("sim")
+    view = sim.controller.targets.view("sim")
     assert view is not None
     n = len(view["decisions"])  # the controller keeps its last 50
     assert n == min(50, len(log.loops)) and len(log.loops) > 10

@@ -26,6 +26,11 @@
 {{- printf "%s-autoscaler" (include "nlg-serving.fullname" .) }}
 {{- end }}
 
+{{/* The ConfigMap holding the targets registered through the autoscaler's REST API. */}}
+{{- define "nlg-serving.autoscaler.targets" -}}
+{{- printf "%s-targets" (include "nlg-serving.fullname" .) }}
+{{- end }}
+
 {{- define "nlg-serving.labels" -}}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 app.kubernetes.io/name: {{ include "nlg-serving.name" . }}
@@ -87,6 +92,10 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "lease_duration" (float64 $a.leader_election.lease_duration))
   "api" (dict "host" "0.0.0.0" "port" $a.api.port "auth" "token" "token_file" $tokenFile)
   "metrics" (dict "host" "0.0.0.0" "port" $a.metrics.port)
+  "target_store" (dict
+    "kind" (ternary "configmap" "memory" (gt (int $a.api.port) 0))
+    "configmap" (include "nlg-serving.autoscaler.targets" .)
+    "namespace" $ns)
 }}
 {{- toYaml $config }}
 {{- end }}

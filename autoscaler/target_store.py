@@ -1,0 +1,161 @@
+"""Where the targets registered through the REST API are kept: in this process, or in a ConfigMap.
+
+This module owns reading and changing the stored set of registrations and nothing else (the
+conflict rules belong to :mod:`autoscaler.targets`, which hands :meth:`TargetStore.update` a
+function that checks them against the set it is given).
+
+- :class:`MemoryStore`: a dict behind a lock; one process (Triton's single-node mode, the simulator,
+  a single replica that may lose its targets on a restart).
+- :class:`ConfigMapStore`: one key per target in a ConfigMap the chart owns, its value the
+  registration as JSON (``to_dict`` of :class:`~autoscaler.config.Registration`). Every replica
+  reads it; a change is a merge patch of the keys it changes that carries the ``resourceVersion``
+  just read, so the API server refuses (409) a write based on a set another replica has changed
+  since, and the change is worked out again on the new set, up to ``retries`` times. A key whose value does not parse (a
+  hand edit) is logged and left as it is; it scales nothing.
+
+Every failure to reach the stored set is a :class:`StoreUnavailable` with a one-line message: the
+REST API answers it with 503, the loop keeps the targets it read last.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from kubernetes import client as k8s
+
+from autoscaler.config import ConfigError, Registration, parse_registration, to_dict
+from autoscaler.kube import KubeError, call
+
+log = logging.getLogger(__name__)
+
+_MERGE_PATCH = "application/merge-patch+json"
+
+#: The stored set: model_id -> its registration.
+Stored = Mapping[str, Registration]
+#: Given the stored set, the set to store instead (or the same object: nothing to write).
+Change = Callable[[Stored], Stored]
+
+
+class StoreUnavailable(RuntimeError):
+    """The stored targets cannot be read or written now; the message says where and why."""
+
+
+class TargetStore(Protocol):
+    #: What the store is, for messages ("configmap default/nlg-autoscaler-targets").
+    where: str
+
+    def read(self) -> dict[str, Registration]:
+        """The stored set."""
+        ...
+
+    def update(self, change: Change) -> dict[str, Registration]:
+        """Applies ``change`` to the stored set as it is when written; returns the set now stored.
+
+        ``change`` may be called more than once (on a concurrent write) and may raise to refuse.
+        """
+        ...
+
+
+class MemoryStore:
+    """The targets of one process."""
+
+    where = "memory"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stored: dict[str, Registration] = {}
+
+    def read(self) -> dict[str, Registration]:
+        with self._lock:
+            return dict(self._stored)
+
+    def update(self, change: Change) -> dict[str, Registration]:
+        with self._lock:
+            self._stored = dict(change(dict(self._stored)))
+            return dict(self._stored)
+
+
+def encode(registration: Registration) -> str:
+    return json.dumps(to_dict(registration), sort_keys=True, separators=(",", ":"))
+
+
+class ConfigMapStore:
+    """The targets in ConfigMap ``namespace/name``, which must exist (the chart creates it)."""
+
+    def __init__(
+        self, api: k8s.CoreV1Api, name: str, namespace: str, *, timeout: float = 5.0, retries: int = 5
+    ) -> None:
+        self._api = api
+        self.name = name
+        self.namespace = namespace
+        self.timeout = timeout
+        self.retries = retries
+        self.where = f"configmap {namespace}/{name}"
+        self._bad: dict[str, str] = {}  # key -> the value last logged as unreadable
+
+    def _get(self) -> k8s.V1ConfigMap:
+        try:
+            return call(f"cannot read the targets in {self.where}", self._api.read_namespaced_config_map,
+                        self.name, self.namespace, timeout=self.timeout)  # fmt: skip
+        except KubeError as e:
+            hint = ""
+            if e.status == 404:
+                create = f"kubectl create configmap {self.name} -n {self.namespace}"
+                hint = f" (the chart creates it; without the chart: {create})"
+            elif e.status == 403:
+                hint = " (the autoscaler's Role must allow get and patch on it)"
+            raise StoreUnavailable(f"{e}{hint}") from e
+
+    def _parse(self, data: Mapping[str, str]) -> dict[str, Registration]:
+        stored: dict[str, Registration] = {}
+        for key, value in data.items():
+            try:
+                registration = parse_registration(json.loads(value))
+            except (ValueError, ConfigError) as e:  # ConfigError is a ValueError; named for the reader
+                problem = "; ".join(e.errors) if isinstance(e, ConfigError) else f"not JSON ({e})"
+                self._warn_once(key, value, f"{self.where}: key {key!r} skipped: {problem}")
+                continue
+            if registration.model_id != key:
+                self._warn_once(key, value, f"{self.where}: key {key!r} skipped: it holds model_id "
+                                            f"{registration.model_id!r}, the key must be the model_id")  # fmt: skip
+                continue
+            self._bad.pop(key, None)
+            stored[key] = registration
+        return stored
+
+    def _warn_once(self, key: str, value: str, message: str) -> None:
+        if self._bad.get(key) != value:  # once per bad value, not once per round
+            self._bad[key] = value
+            log.warning("%s", message)
+
+    def read(self) -> dict[str, Registration]:
+        return self._parse(self._get().data or {})
+
+    def update(self, change: Change) -> dict[str, Registration]:
+        for _ in range(self.retries + 1):
+            config_map = self._get()
+            current = self._parse(config_map.data or {})
+            wanted = change(current)
+            if wanted == current:
+                return current
+            # Only the keys that change: one that does not parse stays as it is. null removes a key.
+            data: dict[str, str | None] = dict.fromkeys(current.keys() - wanted.keys())
+            data.update({k: encode(r) for k, r in wanted.items() if current.get(k) != r})
+            version = config_map.metadata.resource_version if config_map.metadata else None
+            body = {"metadata": {"resourceVersion": version}, "data": data}
+            try:
+                call(f"cannot write the targets to {self.where}", self._api.patch_namespaced_config_map,
+                     self.name, self.namespace, body, timeout=self.timeout,
+                     _content_type=_MERGE_PATCH)  # fmt: skip
+            except KubeError as e:
+                if e.status == 409:
+                    log.info("%s changed since it was read (409 Conflict); reading it again", self.where)
+                    continue
+                raise StoreUnavailable(str(e)) from e
+            return dict(wanted)
+        raise StoreUnavailable(f"cannot write the targets to {self.where}: still conflicting after "
+                               f"{self.retries} retries")  # fmt: skip

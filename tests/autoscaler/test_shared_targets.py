@@ -1,0 +1,319 @@
+"""Targets kept in the cluster: two autoscaler replicas, one ConfigMap, one Lease, a failover.
+
+Two :class:`~autoscaler.app.App` instances ("a" and "b", as two pods of the chart with
+``autoscaler.replicas: 2``) talk to the test's own API server over real HTTP with the official
+client; their rounds run on one fake clock, their REST APIs in process. The API server keeps
+resourceVersions and answers a stale write 409, as kube-apiserver does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from autoscaler_testkit import FakeClock, PodMetrics
+from fake_apiserver import FakeApiServer
+from fastapi.testclient import TestClient
+from kubernetes import client as k8s
+
+from autoscaler.api import create_app
+from autoscaler.app import App
+from autoscaler.config import ConfigError, Registration, parse_config
+from autoscaler.kube import new_client
+from autoscaler.target_store import ConfigMapStore, StoreUnavailable, encode
+from autoscaler.targets import TargetConflict
+
+pytestmark = pytest.mark.integration
+
+STORE = "nlg-autoscaler-targets"
+LEASE = 3.0  # s; renew deadline 2 s, rounds every 0.5 s
+BERT = {"model_id": "bert", "deployment": "bert",
+        "scaler": {"type": "pertoken", "threshold": 25, "time_window": 10, "max_deployment_count": 4}}  # fmt: skip
+
+
+@pytest.fixture
+def cluster():
+    with FakeApiServer() as server:
+        server.add_config_map(STORE)  # the chart creates it
+        server.add_deployment("triton", replicas=1)
+        server.add_deployment("bert", replicas=1)
+        yield server
+
+
+@pytest.fixture
+def pods():
+    gpt2, bert = PodMetrics("gpt2"), PodMetrics("bert")
+    yield gpt2, bert
+    gpt2.stop()
+    bert.stop()
+
+
+def config(pods, **extra):
+    return parse_config({
+        "model_id": "gpt2",
+        "source": {"kind": "direct", "static_targets": [p.target for p in pods], "timeout": 1.0},
+        "actuator": {"kind": "kubernetes", "deployment": "triton"},
+        "leader_election": {"enabled": True, "lease_duration": LEASE},
+        "target_store": {"kind": "configmap", "configmap": STORE},
+        "loop": {"interval": 0.5}, "metrics": {"port": 0}, **extra,
+    })  # fmt: skip
+
+
+class Replica:
+    """One autoscaler pod: its App (not started: the test runs its rounds) and its REST API."""
+
+    def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock) -> None:
+        kube = new_client(k8s.Configuration(host=cluster.url))
+        self.app = App(config(pods), kube=kube, identity=name, clock=clock)
+        self.api = TestClient(create_app(self.app.controller, "token", retry_after=0.5))
+        self.api.headers["Authorization"] = "Bearer token"
+
+    @property
+    def targets(self):
+        return self.app.controller.targets
+
+    def round(self) -> list[str]:
+        return self.app.controller.run_once()
+
+    def stop(self) -> None:
+        self.api.close()
+        self.app.stop()
+
+
+@pytest.fixture
+def replicas(cluster, pods):
+    clock = FakeClock()
+    made: list[Replica] = []
+
+    def make(name: str) -> Replica:
+        made.append(Replica(name, cluster, pods, clock))
+        return made[-1]
+
+    a, b = make("a"), make("b")
+    a.round()
+    b.round()
+    assert (a.app.controller.elector.leading, b.app.controller.elector.leading) == (True, False)
+    yield a, b, clock, make
+    for replica in made:
+        replica.stop()
+
+
+def scale_up_bert(replica: Replica, clock: FakeClock, bert: PodMetrics) -> None:
+    """Two rounds with bert's pod at 100 ms per token against a 25 ms threshold."""
+    replica.round()
+    bert.running.set(1)
+    bert.serve(0.100, n=5)
+    clock.advance(0.5)
+    assert replica.round() == []
+
+
+def test_a_target_registered_on_the_leader_is_stored_and_read_by_the_standby(replicas, cluster):
+    a, b, clock, _ = replicas
+    created = a.api.post("/deployment/", json=BERT)
+    assert created.status_code == 201, created.text
+    stored = json.loads(cluster.data(STORE)["bert"])
+    assert stored["deployment"] == "bert" and stored["scaler"]["threshold"] == 25.0
+    assert b.api.get("/deployment/bert/").status_code == 404  # not read yet
+    clock.advance(0.5)
+    b.round()
+    assert b.api.get("/deployment/bert/").json()["origin"] == "api"
+
+
+def test_a_target_survives_the_leaders_stop_and_the_standby_scales_it(replicas, cluster, pods):
+    a, b, clock, _ = replicas
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    a.stop()  # releases the Lease: the standby leads from its next round
+    clock.advance(0.5)
+    scale_up_bert(b, clock, pods[1])
+    assert b.app.controller.elector.leading
+    assert cluster.replicas("bert") == 4
+    assert b.api.get("/deployment/bert/").json()["replicas"] == {"current": 4, "desired": 4}
+
+
+def test_a_target_survives_a_crash_of_the_leader(replicas, cluster, pods):
+    a, b, clock, _ = replicas
+    assert a.api.put("/deployment/bert/", json=BERT).status_code == 201
+    # a dies without releasing the Lease: b takes it once it has not changed for a lease duration.
+    for _ in range(int(LEASE / 0.5) + 1):
+        clock.advance(0.5)
+        b.round()
+    assert b.app.controller.elector.leading
+    scale_up_bert(b, clock, pods[1])
+    assert cluster.replicas("bert") == 4
+
+
+def test_a_target_survives_a_restart(replicas, cluster):
+    a, b, clock, make = replicas
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    a.stop()
+    b.stop()
+    again = make("a")
+    clock.advance(0.5)
+    again.round()
+    assert again.api.get("/deployment/bert/").json()["scaler"]["threshold"] == 25.0
+
+
+def test_the_standby_refuses_writes_naming_the_leader_and_answers_reads(replicas):
+    a, b, clock, _ = replicas
+    for method, path in (("post", "/deployment/"), ("put", "/deployment/bert/"), ("delete", "/deployment/bert/")):
+        kwargs = {} if method == "delete" else {"json": BERT}
+        answer = getattr(b.api, method)(path, **kwargs)
+        assert answer.status_code == 503, (method, answer.text)
+        assert answer.headers["Retry-After"] == "1"
+        assert answer.json()["detail"]["leader"] == "a"
+        assert "this replica ('b') is a standby" in answer.json()["detail"]["error"]
+    assert b.api.post("/deployment/", json=BERT, headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    clock.advance(0.5)
+    b.round()
+    assert [v["model_id"] for v in b.api.get("/deployment/").json()] == ["gpt2", "bert"]
+    assert b.api.get("/healthz").json() == {"status": "ok", "leader": False}
+
+
+def test_a_conflicting_target_posted_to_the_other_replica_is_refused(replicas):
+    a, b, clock, _ = replicas
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    other = {**BERT, "model_id": "bert-large"}  # the same Deployment
+    assert b.api.post("/deployment/", json=other).status_code == 503  # standby: a takes writes
+    a.stop()
+    clock.advance(0.5)
+    b.round()
+    refused = b.api.post("/deployment/", json=other)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["detail"] == (
+        "'bert' is already scaled for model 'bert' (api); two targets would undo each other's replicas"
+    )
+
+
+def test_conflicts_are_checked_against_the_stored_set_not_what_this_replica_read(replicas, cluster):
+    a, _, _, _ = replicas
+    # Another replica stored bert since a's last round (a has not read it).
+    registration = Registration(model_id="bert", deployment="bert")
+    cluster.add_config_map(STORE, {"bert": encode(registration)})
+    assert a.targets.view("bert") is None
+    refused = a.api.put("/deployment/bert-large/", json={**BERT, "model_id": "bert-large"})
+    assert refused.status_code == 409, refused.text
+    assert a.api.post("/deployment/", json=BERT).json()["detail"].startswith("model 'bert' is already registered")
+
+
+def test_a_write_that_raced_another_is_worked_out_again_on_the_new_set(cluster):
+    """Two stores on one ConfigMap: the second writes between the first's read and write."""
+    api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    first, second = ConfigMapStore(api, STORE, "default"), ConfigMapStore(api, STORE, "default")
+    x, y = Registration(model_id="x"), Registration(model_id="y")
+    seen: list[set[str]] = []
+
+    def add_y(stored):
+        seen.append(set(stored))
+        if len(seen) == 1:
+            second.update(lambda s: {**s, "x": x})
+        return {**stored, "y": y}
+
+    assert first.update(add_y) == {"x": x, "y": y}
+    assert seen == [set(), {"x"}]  # refused once (409), then worked out on the set holding x
+    assert set(cluster.data(STORE)) == {"x", "y"}
+    writes = [path for method, path in cluster.requests if method == "PATCH"]
+    assert len(writes) == 3  # second's, first's refused one, first's retry
+
+
+class RacingStore:
+    """A store that lets ``meanwhile`` write once, between its first read of the set and its write."""
+
+    def __init__(self, inner, meanwhile) -> None:
+        self.inner, self.meanwhile, self.where = inner, meanwhile, inner.where
+
+    def read(self):
+        return self.inner.read()
+
+    def update(self, change):
+        def racing(stored):
+            if self.meanwhile is not None:
+                self.meanwhile, meanwhile = None, self.meanwhile
+                meanwhile()
+            return change(stored)
+
+        return self.inner.update(racing)
+
+
+def test_a_race_for_one_deployment_is_decided_by_the_store(replicas, cluster):
+    """Two replicas storing targets for one Deployment at once: the write based on the older set is
+    refused (409), worked out again on the new set, and refused as a conflict."""
+    a, b, _, _ = replicas
+    a.targets.store = RacingStore(a.targets.store, lambda: b.targets.register(Registration("bert", deployment="bert")))
+    with pytest.raises(TargetConflict, match="'bert' is already scaled for model 'bert' \\(api\\)"):
+        a.targets.register(Registration(model_id="bert-large", deployment="bert"))
+    assert set(cluster.data(STORE)) == {"bert"}
+    assert [method for method, _ in cluster.requests].count("PATCH") == 2  # b's, and a's refused one
+
+
+def test_api_server_down_writes_are_503_and_the_loop_keeps_the_targets_it_read(replicas, cluster, caplog):
+    a, _, clock, _ = replicas
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    registry = a.app.registry
+    cluster.stop()
+    for method, path in (("post", "/deployment/"), ("delete", "/deployment/bert/")):
+        kwargs = {} if method == "delete" else {"json": {**BERT, "model_id": "t5", "deployment": "t5"}}
+        answer = getattr(a.api, method)(path, **kwargs)
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["Retry-After"] == "1"
+        assert answer.json()["detail"]["error"] == (
+            f"cannot read the targets in configmap default/{STORE}: Kubernetes API unreachable (Connection refused)"
+        )
+    clock.advance(0.5)
+    with caplog.at_level(logging.WARNING, logger="autoscaler.targets"):
+        errors = a.round()
+    assert a.app.controller.elector.leading  # within its renew deadline
+    assert f"targets: cannot read the targets in configmap default/{STORE}" in " ".join(errors)
+    assert "scaling the 2 targets read before until it can be read" in caplog.text
+    assert registry.get_sample_value("nlg_autoscaler_targets_stale") == 1
+    assert registry.get_sample_value("nlg_autoscaler_target_store_errors_total") == 1
+    assert a.targets.view("bert") is not None  # kept, not dropped
+    assert cluster.replicas("bert") == 1  # and nothing scaled blind: the actuator cannot read either
+    cluster.start()
+    clock.advance(0.5)
+    a.round()
+    assert registry.get_sample_value("nlg_autoscaler_targets_stale") == 0
+    assert a.targets.view("bert") is not None
+
+
+def test_a_missing_configmap_is_a_503_that_says_how_to_create_it(replicas, cluster):
+    a, _, _, _ = replicas
+    del cluster.objects["configmaps", "default", STORE]
+    answer = a.api.post("/deployment/", json=BERT)
+    assert answer.status_code == 503
+    assert answer.json()["detail"]["error"].endswith(
+        f"(the chart creates it; without the chart: kubectl create configmap {STORE} -n default)"
+    )
+
+
+def test_a_hand_edited_key_that_does_not_parse_scales_nothing_and_is_kept(replicas, cluster, caplog):
+    a, _, clock, _ = replicas
+    cluster.add_config_map(STORE, {"bert": "{not json", "t5": json.dumps({"model_id": "other"})})
+    with caplog.at_level(logging.WARNING, logger="autoscaler.target_store"):
+        clock.advance(0.5)
+        a.round()
+        clock.advance(0.5)
+        a.round()
+    assert [v["model_id"] for v in a.targets.views()] == ["gpt2"]
+    assert caplog.text.count("key 'bert' skipped: not JSON") == 1  # once, not once per round
+    assert "key 't5' skipped: it holds model_id 'other'" in caplog.text
+    assert a.api.post("/deployment/", json={**BERT, "model_id": "gpt-j", "deployment": "gpt-j"}).status_code == 201
+    assert set(cluster.data(STORE)) == {"bert", "t5", "gpt-j"}  # what it could not read is left as it was
+
+
+def test_the_store_error_is_one_kind(cluster):
+    cluster.stop()
+    api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    with pytest.raises(StoreUnavailable, match="Kubernetes API unreachable"):
+        ConfigMapStore(api, STORE, "default", timeout=0.5).update(lambda s: s)
+
+
+def test_two_replicas_with_the_api_on_need_a_shared_store():
+    with pytest.raises(ConfigError) as error:
+        parse_config({"leader_election": {"enabled": True}, "api": {"port": 8080}})
+    assert error.value.errors == [
+        "target_store.kind = 'memory': with leader_election.enabled and the API on, a target registered "
+        "on one replica is unknown to the others; set target_store.kind: configmap"
+    ]
+    parse_config({"leader_election": {"enabled": True}, "api": {"port": 0}})  # no API: nothing to share

@@ -25,6 +25,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from autoscaler import __version__
 from autoscaler.app import App, StartupError
+from autoscaler.backend_check import backend_report
 from autoscaler.config import AutoscalerConfig, ConfigError, read_api_token
 from autoscaler.kube import KubeConfigError
 from autoscaler.reload import ConfigWatcher
@@ -62,6 +63,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.config}: {e}", file=sys.stderr)
         return 2
     if args.check:
+        report = backend_report(config)
+        print("\n".join(report.lines))
+        if report.refused:
+            print(f"{args.config}: " + "; ".join(report.refused), file=sys.stderr)
+            return 2
         print(f"{args.config}: ok")
         return 0
     try:

@@ -100,7 +100,9 @@ def test_cli_check(tmp_path, pod, capsys):
     path = tmp_path / "autoscaler.yaml"
     write(path, base_config(pod))
     assert main(["--config", str(path), "--check"]) == 0
-    assert capsys.readouterr().out.strip() == f"{path}: ok"
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[0].startswith("metrics.backend: auto, found nlg on ")
+    assert out[-1] == f"{path}: ok"
     write(path, {"scaler": {"threshold": 0, "max_deployment_count": 0}, "loop": {"interval": "5s"}})
     assert main(["--config", str(path), "--check"]) == 2
     err = capsys.readouterr().err

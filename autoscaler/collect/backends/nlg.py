@@ -33,7 +33,7 @@ COUNTER_SAMPLES: Final[dict[str, str]] = {
 
 NLG: Final = Backend(
     name="nlg",
-    marker="nlg_model_info",
+    marker="nlg_requests_running",
     presence="nlg_requests_running",
     source="triton_backend/triton_metrics.py (this repository)",
     histograms={family: (short, 1.0) for family, short in HISTOGRAM_FAMILIES.items()},

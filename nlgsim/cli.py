@@ -32,7 +32,7 @@ from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol import PROTOCOLS, Plan, run_plan
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
-from nlgsim.workload import LENGTH_STRATEGIES
+from nlgsim.workload import LENGTH_STRATEGIES, SCALE_JITTER_S, FleetScale
 
 
 def _map_lengths(p: argparse.ArgumentParser) -> None:
@@ -54,6 +54,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="seconds of workload (trace: a window of it)")
     p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
     p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
+    p.add_argument(
+        "--scale", type=int, default=1,
+        help="trace: K times its rate, shape and bursts kept: each request replicated K times with a small "
+        "arrival jitter (docs/simulator.md, 'Fleet-scale workloads')",
+    )  # fmt: skip
+    p.add_argument(
+        "--scale-jitter", type=float, default=SCALE_JITTER_S,
+        help=f"trace with --scale: each copy arrives up to this many s later, uniform (default {SCALE_JITTER_S:g})",
+    )  # fmt: skip
+    p.add_argument("--scale-seed", type=int, default=0, help="trace with --scale: the jitter's seed (default 0)")
     _map_lengths(p)
     p.add_argument("--seed", type=int, help="synthetic workloads' seed (default 0; thesis protocol: the first)")
     p.add_argument(
@@ -179,8 +189,13 @@ def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpe
         speed=args.speed,
         lengths=args.lengths,
         ramp=args.ramp,
+        scale=fleet_scale(args),
     )
     return profile, workload, spec, loop, scrape, _slo(args)
+
+
+def fleet_scale(args: argparse.Namespace) -> FleetScale:
+    return FleetScale(args.scale, args.scale_jitter, args.scale_seed)
 
 
 def _bar(desc: str) -> tqdm[Any]:
@@ -235,6 +250,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         start=args.start,
         duration=args.duration,
         speed=args.speed,
+        scale=fleet_scale(args),
         loop_interval=loop,
         scrape_interval=scrape,
         startup_s=args.startup,

@@ -27,7 +27,15 @@ from nlgsim.planner import PlannerConfig, planner_policy
 from nlgsim.policy import Policy, hpa_policy
 from nlgsim.profile import EngineProfile
 from nlgsim.results import SLO
-from nlgsim.workload import QUERY_TYPES, LengthMap, MappingCounts, Request, load_trace, thesis_requests
+from nlgsim.workload import (
+    QUERY_TYPES,
+    FleetScale,
+    LengthMap,
+    MappingCounts,
+    Request,
+    load_trace,
+    thesis_requests,
+)
 
 
 @dataclass(frozen=True)
@@ -51,8 +59,13 @@ def parse_workload(
     speed: float = 1.0,
     lengths: str = "refuse",
     ramp: float = 0.0,
+    scale: FleetScale | None = None,
 ) -> Workload:
+    """``scale`` (a trace only) multiplies its rate: :class:`nlgsim.workload.FleetScale`."""
     kind, _, arg = text.partition(":")
+    scale = scale or FleetScale()
+    if scale.factor != 1 and kind != "trace":
+        raise ValueError(f"--scale {scale.factor} applies to a trace (--workload trace:PATH), not {text!r}")
     if kind in QUERY_TYPES:
         query = QUERY_TYPES[kind]
         if not arg:
@@ -71,12 +84,15 @@ def parse_workload(
         trace = load_trace(
             arg, LengthMap.parse(lengths, profile.max_context), start=start, duration=duration, speed=speed
         )
-        n = len(trace.requests)
+        requests = scale.apply(trace.requests)
+        n = len(requests)
+        span = requests[-1].arrival if requests else 0.0
         desc = (
-            f"trace {trace.name}: {n} requests over {trace.duration:.0f} s; lengths: {trace.mapping}: "
+            f"trace {trace.name} {scale.describe()}: {n} requests over {span:.0f} s; lengths: {trace.mapping}: "
             f"{trace.changes.describe()}"
         )
-        return Workload(trace.name, trace.requests, desc, trace.mapping, trace.changes)
+        name = trace.name if scale.factor == 1 else f"{trace.name} x{scale.factor}"
+        return Workload(name, requests, desc, trace.mapping, trace.changes)
     raise ValueError(
         f"--workload {text!r}: use simple:RATE, complex:RATE (RATE in req/s or like 2.4x) or trace:PATH"
     )

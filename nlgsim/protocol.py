@@ -44,7 +44,7 @@ from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, Run
 from nlgsim.results import summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.slo import SLO
-from nlgsim.workload import Request
+from nlgsim.workload import FleetScale, Request
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ class Plan:
     start: float = 0.0
     duration: float | None = None
     speed: float = 1.0
+    scale: FleetScale = FleetScale()
+    """trace: its rate times an integer, bursts kept (:class:`nlgsim.workload.FleetScale`)."""
     loop_interval: float = 5.0
     scrape_interval: float = 5.0
     startup_s: float | None = None
@@ -137,7 +139,7 @@ def _profile(path: str) -> EngineProfile:
 def _trace(plan: Plan) -> list[Request]:
     return parse_workload(
         plan.workload, _profile(plan.profile), start=plan.start, duration=plan.duration, speed=plan.speed,
-        lengths=plan.lengths,
+        lengths=plan.lengths, scale=plan.scale,
     ).requests  # fmt: skip
 
 
@@ -253,7 +255,8 @@ def _trace_replicates(
     """The windows, after the oracle over the whole trace: their bounds and opening replicas."""
     profile = _profile(plan.profile)
     parsed = parse_workload(
-        plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths
+        plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths,
+        scale=plan.scale,
     )
     trace = list(_trace_cached(plan))
     horizon = trace[-1].arrival if trace else 0.0

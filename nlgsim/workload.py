@@ -213,6 +213,62 @@ class Trace:
         return self.requests[-1].arrival if self.requests else 0.0
 
 
+#: Seconds over which the copies of one request are spread when a trace is scaled (FleetScale): a
+#: few seconds, far below a pod's start-up (tens of seconds) and the SLO interval (30 s), so the rate
+#: seen by anything that reacts (a window, a round, a pod starting) is the trace's times K, burst
+#: for burst; and long against one engine step, so the copies do not land in the same step as a
+#: block of K identical prompts, which no traffic does.
+SCALE_JITTER_S = 2.0
+
+
+@dataclass(frozen=True)
+class FleetScale:
+    """A trace at ``factor`` times its rate with its shape and bursts kept: every request is replicated
+    ``factor`` times, each copy arriving ``U(0, jitter_s)`` seconds after the original (uniform, drawn
+    from ``random.Random(seed)`` in trace order), lengths unchanged.
+
+    Why this way: a copy per request keeps each second's demand at K times the trace's, so a burst
+    stays a burst of the same length and the gaps stay gaps. Superposing K copies shifted by random
+    offsets would average the swings away (the sum of K shifted bursts is flat), and sampling arrivals
+    from the per-second rate times K adds Poisson noise the trace does not have and needs a rule for
+    lengths. ``factor`` 1 is the trace as it is.
+    """
+
+    factor: int = 1
+    jitter_s: float = SCALE_JITTER_S
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        errors = []
+        if isinstance(self.factor, bool) or not isinstance(self.factor, int) or self.factor < 1:
+            errors.append(f"--scale {self.factor!r}: must be a whole number >= 1 (the trace's rate times it)")
+        if not (math.isfinite(self.jitter_s) and self.jitter_s >= 0):
+            errors.append(f"--scale-jitter {self.jitter_s!r}: must be a finite number of seconds >= 0")
+        if errors:
+            raise ValueError("; ".join(errors))
+
+    def apply(self, requests: Sequence[Request]) -> list[Request]:
+        """The scaled requests, by arrival (ties in trace order), numbered from 0."""
+        if self.factor == 1:
+            return list(requests)
+        rng = random.Random(self.seed)
+        copies = [
+            (r.arrival + rng.uniform(0.0, self.jitter_s), r.id, k, r)
+            for r in requests
+            for k in range(self.factor)
+        ]
+        copies.sort(key=lambda c: (c[0], c[1], c[2]))
+        return [Request(i, t, r.prompt_tokens, r.output_tokens) for i, (t, _, _, r) in enumerate(copies)]
+
+    def describe(self) -> str:
+        if self.factor == 1:
+            return "at its recorded rate"
+        return (
+            f"scaled x{self.factor}: each request replicated {self.factor} times, each copy "
+            f"{self.jitter_s:g} s of uniform jitter later at most (seed {self.seed})"
+        )
+
+
 TIME_COLUMNS = ("timestamp", "time", "arrival", "arrival_time", "ts")
 INPUT_COLUMNS = ("contexttokens", "input_tokens", "prompt_tokens", "input", "prompt")
 OUTPUT_COLUMNS = ("generatedtokens", "output_tokens", "generated_tokens", "output", "completion_tokens")

@@ -26,7 +26,8 @@ COPY pyproject.toml README.md ./
 COPY triton_backend triton_backend
 COPY autoscaler autoscaler
 COPY locks/requirements.txt /tmp/lock.txt
-RUN python -m pip install --no-cache-dir -c /tmp/lock.txt ".[autoscaler]" && rm -rf /src /tmp/lock.txt
+# The install writes every console script of the project; nlg-demo's package (nlg_demo) is not here.
+RUN python -m pip install --no-cache-dir -c /tmp/lock.txt ".[autoscaler]" && rm -rf /src /tmp/lock.txt /usr/local/bin/nlg-demo
 COPY --from=package /opt/nlg/site-packages /opt/nlg/site-packages
 COPY model_repository /opt/nlg/model_repository
 WORKDIR /

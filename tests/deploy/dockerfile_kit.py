@@ -26,6 +26,16 @@ class Stage:
     copied_from_stages: dict[str, str] = field(default_factory=dict)  # image path -> "stage:path"
     runs: list[tuple[str, str]] = field(default_factory=list)  # (WORKDIR, command)
 
+    def removed(self) -> list[str]:
+        """The image paths the stage's RUN lines remove (`rm`, its options skipped)."""
+        found = []
+        for _, run in self.runs:
+            for part in run.split("&&"):
+                words = shlex.split(part)
+                if words and words[0] == "rm":
+                    found += [w for w in words[1:] if not w.startswith("-")]
+        return found
+
     def pip_installs(self) -> list[PipInstall]:
         """Each `pip install` of the stage's RUN lines."""
         found = []

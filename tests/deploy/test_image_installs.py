@@ -2,15 +2,16 @@
 
 No image is built (CI has no docker daemon); the install commands are the Dockerfile's own, read
 from it, with the package index. The autoscaler's must bring no torch and start `nlg-autoscaler`
-from nothing but the standard library and what it installed. The Triton-side layer is laid out as
-the chart's init container lays it out and served by a real tritonserver, next to a torch that stands
-for the one of the Triton image.
+from nothing but the standard library and what it installed, and hold no `nlg-demo`. The Triton-side
+layer is laid out as the chart's init container lays it out and served by a real tritonserver, next to
+a torch that stands for the one of the Triton image.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+import posixpath
 import re
 import shutil
 import subprocess
@@ -57,6 +58,14 @@ def test_the_autoscaler_image_installs_no_torch_and_starts(tmp_path):
     target = tmp_path / "site-packages"
     done = run_pip_install(install, python, target)
     assert done.returncode == 0, done.stderr[-3000:]
+
+    # The interpreter's scripts directory in python:3.10-slim; what the RUN line removes from it, this
+    # install's bin/ loses too.
+    scripts = target / "bin"
+    for path in DOCKERFILE.final.removed():
+        if posixpath.dirname(path) == "/usr/local/bin":
+            (scripts / posixpath.basename(path)).unlink(missing_ok=True)
+    assert "nlg-demo" not in {p.name for p in scripts.iterdir()}, "the image would ship nlg-demo without nlg_demo"
 
     names = installed(target)
     assert {"nlg-serving", "kubernetes", "prometheus-client", "fastapi"} <= names

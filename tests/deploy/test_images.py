@@ -78,6 +78,14 @@ def test_the_init_container_finds_what_the_image_holds(rendered):
     assert init["command"][0] == "/bin/sh", "the image needs a shell and cp: not a distroless base"
 
 
+def test_the_autoscaler_image_holds_the_autoscaler_and_no_demo():
+    """The demo (nlg_demo) needs tritonserver and the simulator: the image gets neither it nor its script."""
+    final = parse(PROJECT_IMAGE).final
+    assert "autoscaler" in final.copies.values()
+    assert not [source for source in final.copies.values() if source.split("/")[0] in ("nlg_demo", "nlgsim")]
+    assert "/usr/local/bin/nlg-demo" in final.removed(), "pip writes every console script of the project"
+
+
 def test_the_autoscaler_runs_as_the_user_the_chart_names(rendered):
     security = pod_spec(rendered, "-autoscaler")["securityContext"]
     user = next(line.split()[1] for line in PROJECT_IMAGE.read_text().splitlines() if line.startswith("USER "))

@@ -25,9 +25,11 @@ the request runs on a thread of its own, bounded by ``load_timeout``; :meth:`sca
 most ``load_wait`` seconds (well under the loop interval) and otherwise defers, saying that the
 reload is under way. Each later round's :meth:`observe` reads the model's config (every call bounded
 by ``timeout``) and collects the outcome: a failed reload is an
-:class:`~autoscaler.actuate.ActuationError` once; a config read that fails while a reload is pending
-abandons it (Triton stopped answering; what it has loaded shows when it answers again), so a dead
-or restarted server is noticed within a round.
+:class:`~autoscaler.actuate.ActuationError` once. Triton may answer nothing else while it loads
+instances, so a config read that fails while a reload is pending reports the reload as in progress,
+with the time it has left; only once ``load_timeout`` has passed since it started is the reload
+abandoned (what Triton has loaded shows when it answers again). The deadline is read from
+``clock`` (the loop's, a fake one in tests).
 
 "Replicas" here are the model's instances: the count of its single ``instance_group`` (a model with
 several groups is refused, since which group to grow would be a guess).
@@ -39,6 +41,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +65,7 @@ class _Reload:
     model: str
     replicas: int
     previous: int
+    deadline: float
     done: threading.Event = field(default_factory=threading.Event)
     error: str = ""
 
@@ -84,8 +88,8 @@ class TritonInstanceScaler:
     """Scales models of the Triton server at ``base_url`` (its HTTP port); ``target`` is the model.
 
     ``metrics_url`` is the same server's metrics endpoint, read before a scale-in. ``timeout`` bounds
-    each read; ``load_timeout`` a reload; ``load_wait`` (default ``timeout``) how long :meth:`scale`
-    waits for a reload before deferring.
+    each read; ``load_timeout`` a reload (on ``clock``); ``load_wait`` (default ``timeout``) how long
+    :meth:`scale` waits for a reload before deferring.
     """
 
     def __init__(
@@ -96,6 +100,7 @@ class TritonInstanceScaler:
         load_timeout: float = 300.0,
         confirm_idle: float = 0.25,
         load_wait: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._base = base_url.rstrip("/")
         self._metrics_url = metrics_url
@@ -104,6 +109,7 @@ class TritonInstanceScaler:
         self._http = httpx.Client(timeout=timeout)
         self._load_timeout = load_timeout
         self._load_wait = timeout if load_wait is None else load_wait
+        self._clock = clock
         self._last = LastSet()
         self._reloads: dict[str, _Reload] = {}
 
@@ -113,11 +119,12 @@ class TritonInstanceScaler:
             response = self._http.get(url)
         except httpx.HTTPError as e:
             message = f"cannot reach Triton at {self._base}: {_why(e)}"
-            reload = self._reloads.pop(model, None)
-            if reload is not None:
+            reload = self._reloads.get(model)
+            if reload is not None:  # _settle() has abandoned it if its deadline passed
+                left = max(0.0, reload.deadline - self._clock())
                 message += (
-                    f"; the reload of model {model!r} to {reload.replicas} instances is abandoned "
-                    f"(what Triton has loaded shows when it answers again)"
+                    f"; the reload of model {model!r} to {reload.replicas} instances is in progress "
+                    f"(Triton answers it once the instances are loaded; abandoned if not done in {left:.0f} s)"
                 )
             raise ActuationError(message) from e
         if response.status_code != 200:
@@ -138,10 +145,21 @@ class TritonInstanceScaler:
         group: dict[str, Any] = groups[0]
         return group
 
+    def _abandoned(self, reload: _Reload) -> str:
+        return (
+            f"the reload of model {reload.model!r} to {reload.replicas} instances is abandoned: not done "
+            f"within load_timeout ({self._load_timeout:g} s); what Triton has loaded shows when it answers"
+        )
+
     def _settle(self, model: str) -> None:
-        """Collects a finished reload: remembered on success, an error (once) on failure."""
+        """Collects a finished reload: remembered on success, an error (once) on failure or past its deadline."""
         reload = self._reloads.get(model)
-        if reload is None or not reload.done.is_set():
+        if reload is None:
+            return
+        if not reload.done.is_set():
+            if self._clock() >= reload.deadline:
+                del self._reloads[model]
+                raise ActuationError(self._abandoned(reload))
             return
         del self._reloads[model]
         if reload.error:
@@ -194,7 +212,7 @@ class TritonInstanceScaler:
         group["count"] = replicas
         url = f"{self._base}/v2/repository/models/{target}/load"
         body = {"parameters": {"config": json.dumps(config)}}
-        reload = self._reloads[target] = _Reload(target, replicas, current)
+        reload = self._reloads[target] = _Reload(target, replicas, current, self._clock() + self._load_timeout)
         threading.Thread(
             target=reload.run, args=(url, body, self._load_timeout), name=f"triton-load-{target}", daemon=True
         ).start()

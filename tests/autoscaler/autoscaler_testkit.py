@@ -399,7 +399,8 @@ class FakeTriton:
 
     ``count`` is the model's instance count. A load request waits for ``load_gate`` (set by default)
     before it takes effect and answers; ``hang`` makes every request wait unanswered while it is set
-    (the server died and an orphan holds its socket). ``refuse`` makes a load answer 400.
+    (the server died and an orphan holds its socket); ``busy`` does so for reads only (a server busy
+    loading instances, its load still under way). ``refuse`` makes a load answer 400.
     ``loads`` counts the load requests.
     """
 
@@ -410,6 +411,7 @@ class FakeTriton:
         self.load_gate = threading.Event()
         self.load_gate.set()
         self.hang = threading.Event()
+        self.busy = threading.Event()
         self._stopped = threading.Event()
         fake = self
 
@@ -431,6 +433,8 @@ class FakeTriton:
                 return True
 
             def do_GET(self) -> None:
+                while fake.busy.is_set() and not fake._stopped.wait(0.05):
+                    pass
                 if not self._wait_while_hung():
                     return
                 if self.path == f"/v2/models/{fake.model}/config":

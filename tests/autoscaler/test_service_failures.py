@@ -83,8 +83,17 @@ def test_a_triton_that_never_answers_does_not_stop_the_loop(pod):
     assert value(app.registry, "nlg_autoscaler_scrape_errors_total", model="gpt2", source="direct") == 0
 
 
-def scaler_for(fake: FakeTriton, load_wait: float = 0.1) -> TritonInstanceScaler:
-    return TritonInstanceScaler(fake.url, fake.metrics_url, timeout=1.0, load_wait=load_wait, confirm_idle=0.0)
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def scaler_for(fake: FakeTriton, load_wait: float = 0.1, clock=time.monotonic, timeout: float = 1.0):
+    return TritonInstanceScaler(fake.url, fake.metrics_url, timeout=timeout, load_wait=load_wait, confirm_idle=0.0,
+                                load_timeout=300.0, clock=clock)  # fmt: skip
 
 
 def until(predicate, timeout: float = 10.0) -> None:
@@ -114,26 +123,61 @@ def test_a_reload_is_started_then_polled_not_awaited():
             scaler.close()
 
 
-def test_triton_dying_mid_reload_abandons_it_and_a_restarted_server_is_read_afresh():
+def test_a_reload_is_in_progress_while_triton_is_too_busy_to_answer_until_its_deadline():
+    """Reported: "the reload ... is abandoned" logged while Triton was still loading (and then loaded)."""
+    clock = FakeClock()
     with FakeTriton() as fake:
-        scaler = scaler_for(fake)
+        scaler = scaler_for(fake, clock=clock, timeout=0.3)
+        try:
+            fake.load_gate.clear()
+            with pytest.raises(Deferred):
+                scaler.scale("gpt2", 2, expected=1)  # t0: the load starts, its deadline t0 + 300 s
+            fake.busy.set()  # config reads go unanswered while it loads
+            for elapsed, left in ((10, 290), (299, 1)):
+                clock.now = 1000.0 + elapsed
+                with pytest.raises(ActuationError) as error:
+                    scaler.observe("gpt2")
+                assert str(error.value) == (
+                    f"cannot reach Triton at {fake.url}: no answer in time (ReadTimeout); the reload of model "
+                    f"'gpt2' to 2 instances is in progress (Triton answers it once the instances are loaded; "
+                    f"abandoned if not done in {left} s)"
+                )
+            with pytest.raises(Deferred, match=r"still loading model 'gpt2' with 2 instances"):
+                scaler.scale("gpt2", 2, expected=1)  # not a second load
+            fake.busy.clear()
+            fake.load_gate.set()  # loaded within its deadline
+            until(lambda: fake.count == 2)
+            observed = scaler.observe("gpt2")
+            assert (observed.replicas, observed.external, fake.loads) == (2, False, 1)
+        finally:
+            scaler.close()
+
+
+def test_a_reload_past_its_deadline_is_abandoned_and_triton_is_read_afresh():
+    clock = FakeClock()
+    with FakeTriton() as fake:
+        scaler = scaler_for(fake, clock=clock, timeout=0.3)
         try:
             fake.load_gate.clear()
             with pytest.raises(Deferred):
                 scaler.scale("gpt2", 2, expected=1)
-            fake.hang.set()  # the server dies; an orphaned stub holds its socket
+            fake.busy.set()  # no answer to anything, the load included
+            clock.now += 299.9
+            with pytest.raises(ActuationError, match=r"is in progress"):
+                scaler.observe("gpt2")
+            clock.now += 0.1
             with pytest.raises(ActuationError) as error:
                 scaler.observe("gpt2")
             assert str(error.value) == (
-                f"cannot reach Triton at {fake.url}: no answer in time (ReadTimeout); the reload of model "
-                "'gpt2' to 2 instances is abandoned (what Triton has loaded shows when it answers again)"
+                "the reload of model 'gpt2' to 2 instances is abandoned: not done within load_timeout (300 s); "
+                "what Triton has loaded shows when it answers"
             )
-            fake.hang.clear()  # restarted, with the repository's one instance
-            fake.load_gate.set()
+            fake.busy.clear()  # answering again, with the instance it had
             observed = scaler.observe("gpt2")
             assert (observed.replicas, observed.external) == (1, False)
+            fake.load_gate.set()
             until(lambda: _scaled(scaler, 2, expected=1))
-            assert (fake.count, fake.loads) == (2, 2)
+            assert fake.count == 2
         finally:
             scaler.close()
 
@@ -221,3 +265,10 @@ def test_the_docs_list_every_metric_the_autoscaler_exports():
     assert in_docstring == exported
     failures = {counter_for(row) for row in ("the metric source", "the scale target", "the Lease", "a round")}
     assert failures <= exported
+
+
+def test_the_docs_give_the_reload_deadline_the_code_has():
+    import inspect
+
+    default = inspect.signature(TritonInstanceScaler).parameters["load_timeout"].default
+    assert f"unanswered for {default:g} s from its start" in " ".join(docs_section("### Failures").split())

@@ -69,7 +69,8 @@ class TritonMetrics:
         )
         self.tpot = histogram(
             "nlg_time_per_output_token_seconds",
-            "Per-token latency: a choice's latency over its generated tokens",
+            "Per-token latency: a choice's whole latency, first token included, over its generated tokens "
+            "(vLLM's time_per_output_token is the gap between tokens: nlg_inter_token_latency_seconds)",
             TOKEN_BUCKETS,
         )
         self.itl = histogram(

@@ -91,7 +91,7 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "namespace" $ns
     "lease_duration" (float64 $a.leader_election.lease_duration))
   "api" (dict "host" "0.0.0.0" "port" $a.api.port "auth" "token" "token_file" $tokenFile)
-  "metrics" (dict "host" "0.0.0.0" "port" $a.metrics.port)
+  "metrics" (dict "host" "0.0.0.0" "port" $a.metrics.port "backend" $a.metrics.backend)
   "target_store" (dict
     "kind" (ternary "configmap" "memory" (gt (int $a.api.port) 0))
     "configmap" (include "nlg-serving.autoscaler.targets" .)

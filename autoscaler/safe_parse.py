@@ -55,9 +55,9 @@ def loads_json(data: str | bytes | bytearray) -> Any:
 class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader whose ``!!int`` constructor keeps what ``int()`` refuses as a HugeInt."""
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:  # type: ignore[override]
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         try:
-            return super().construct_yaml_int(node)  # type: ignore[no-any-return]
+            return super().construct_yaml_int(node)
         except ValueError:
             return HugeInt(str(self.construct_scalar(node)))
 

@@ -6,7 +6,7 @@ import argparse
 import queue
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import closing
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -29,7 +29,7 @@ class ClientError(RuntimeError):
 
 def stream_generate(
     url: str, prompt: str, sampling: dict[str, Any], model: str = "gpt2", timeout: float = 600.0
-) -> Iterator[Delta]:
+) -> Generator[Delta, None, None]:
     """Yield each streamed response (text delta of every choice); raise ClientError on an error response,
     an unreachable server, or ``timeout`` seconds without a response. Leaving early cancels the request."""
     responses: queue.Queue[tuple[Any, Any]] = queue.Queue()

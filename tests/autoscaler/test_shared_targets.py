@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
 from autoscaler_testkit import FakeClock, PodMetrics
 from fake_apiserver import FakeApiServer
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
+from prometheus_client import CollectorRegistry
 
 from autoscaler.api import create_app
 from autoscaler.app import App
@@ -23,9 +25,11 @@ from autoscaler.config import ConfigError, Registration, parse_config
 from autoscaler.kube import new_client
 from autoscaler.target_store import ConfigMapStore, StoreUnavailable, encode
 from autoscaler.targets import TargetConflict
+from autoscaler.telemetry import Telemetry
 
 pytestmark = pytest.mark.integration
 
+DOCS = Path(__file__).parents[2] / "docs" / "autoscaler.md"
 STORE = "nlg-autoscaler-targets"
 LEASE = 3.0  # s; renew deadline 2 s, rounds every 0.5 s
 BERT = {"model_id": "bert", "deployment": "bert",
@@ -267,7 +271,7 @@ def test_api_server_down_writes_are_503_and_the_loop_keeps_the_targets_it_read(r
     assert f"targets: cannot read the targets in configmap default/{STORE}" in " ".join(errors)
     assert "scaling the 2 targets read before until it can be read" in caplog.text
     assert registry.get_sample_value("nlg_autoscaler_targets_stale") == 1
-    assert registry.get_sample_value("nlg_autoscaler_target_store_errors_total") == 1
+    assert registry.get_sample_value(documented_counter("the stored targets")) == 1
     assert a.targets.view("bert") is not None  # kept, not dropped
     assert cluster.replicas("bert") == 1  # and nothing scaled blind: the actuator cannot read either
     cluster.start()
@@ -307,6 +311,25 @@ def test_the_store_error_is_one_kind(cluster):
     api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
     with pytest.raises(StoreUnavailable, match="Kubernetes API unreachable"):
         ConfigMapStore(api, STORE, "default", timeout=0.5).update(lambda s: s)
+
+
+def documented_counter(failure: str) -> str:
+    """The counter docs/autoscaler.md's failure table names for the row starting with ``failure``."""
+    for row in DOCS.read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if row.startswith("|") and cells[0].startswith(failure):
+            return cells[1].strip("`")
+    raise AssertionError(f"no row for {failure!r} in the docs' failure table")
+
+
+def test_the_docs_list_every_metric_the_autoscaler_exports():
+    families = Telemetry(CollectorRegistry()).registry.collect()
+    names = {f.name + ("_total" if f.type == "counter" else "") for f in families}
+    text = DOCS.read_text(encoding="utf-8")
+    table = text[text.index("## The autoscaler's own metrics") :]
+    table = table[: table.index("\n## ")]
+    documented = {row.split("`")[1] for row in table.splitlines() if row.startswith("| `")}
+    assert documented == names
 
 
 def test_two_replicas_with_the_api_on_need_a_shared_store():

@@ -6,12 +6,12 @@ what the model needs: `--exit-timeout-secs` (default 30), and where its HTTP end
 (`--allow-http`, `--http-address`, `--http-port`), which the readiness watch asks (server_watch).
 
 Triton 2.51's stop counts one exit timeout from SIGTERM: the HTTP endpoint refuses new connections
-and waits for the open ones, then the server unloads the model, calling finalize() at once (a
-decoupled model's streams hold no request once execute() returned), and waits for the unload. Past
-the timeout it calls exit(1) with the model's threads still running, which crashes the server
-(SIGSEGV, or a malloc abort that hangs it with its stubs). So the model cuts its streams early
-enough to send their final responses, stop its threads and let its stub exit within the timeout:
-`StopBudget.drain_end` is the moment to cut.
+and waits for the open ones, then the server waits for the model's streams (their response
+factories hold the model) and unloads it, calling finalize(). Past the timeout it calls exit(1)
+with the model's threads still running, which crashes the server (SIGSEGV, or a malloc abort that
+hangs it with its stubs). So once the model notices the stop (server_watch) it cuts its streams
+early enough to send their final responses, stop its threads and let its stub exit within the
+timeout: `StopBudget.drain_end` is the moment to cut.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from triton_backend.settings import EXIT_MARGIN_SECONDS
 # tritonserver's own defaults.
 DEFAULT_EXIT_TIMEOUT_SECONDS = 30
 DEFAULT_HTTP_PORT = 8000
-# How late the model may learn of a stop (the readiness watch asks twice a second).
-NOTICE_SECONDS = 0.5
+# How late the model may learn of a stop: the HTTP check's interval, or the main thread's sustained
+# sleep and the interval of that check (server_watch).
+NOTICE_SECONDS = 1.5
 # The Python backend's shared-memory region names (shm_sweep); `--backend-config=python,
 # shm-region-prefix-name=...` sets another.
 DEFAULT_SHM_REGION_PREFIX = "triton_python_backend_shm_region_"

@@ -1,13 +1,15 @@
 """What the model's stub process learns about its tritonserver: that it is stopping, and that it is gone.
 
 Stopping: on SIGTERM Triton first closes its HTTP endpoint to new connections and waits for the
-open ones (HTTP streams), and only then unloads the model (finalize()); gRPC streams hold nothing
-up. `watch_readiness` sees the endpoint close, or the model marked not ready, and starts the
-engine's drain then, so HTTP streams end in time too. It asks over that endpoint
-(`http_model_ready`, at the address server_stop reads from the server's arguments), with a timeout
-and without the interpreter's lock, not through `pb_utils.is_model_ready`, which waits on the server
-holding the lock: with that call, a stop that came in the first half second of the streams drained
-nothing and ran into the forced exit.
+open ones (HTTP streams), then waits for the model's streams: their response factories hold the
+model, so Triton unloads it and calls finalize() only once every stream has sent its final response.
+The drain must therefore start before finalize(). `watch_readiness` starts it as soon as the server
+says it is stopping, from two sources: its HTTP endpoint (`http_model_ready`, at the address
+server_stop reads from the server's arguments: the endpoint closes, or the model is marked not
+ready) and, for a server without HTTP, its main thread (`main_thread_stopping`), which waits for a
+signal while serving and sleeps out the exit timeout while stopping. Neither goes through
+`pb_utils.is_model_ready`, which waits on the server holding the interpreter's lock: with that call,
+a stop that came in the first half second of the streams drained nothing and ran into the forced exit.
 
 Gone: the stub watches its parent itself, but its exit path needs the GIL and a lock that a thread
 blocked on the dead server can hold for ever; such a stub lived on with PPID 1, holding its memory
@@ -26,12 +28,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Literal
 
 log = logging.getLogger(__name__)
 
 PARENT_CHECK_INTERVAL = 0.5
-READINESS_CHECK_INTERVAL = 0.5  # server_stop.NOTICE_SECONDS allows for it
+# server_stop.NOTICE_SECONDS allows for both: the HTTP check's interval, the main thread's sleep.
+READINESS_CHECK_INTERVAL = 0.5
+MAIN_THREAD_CHECK_INTERVAL = 0.2
+STOP_SLEEP_SECONDS = 1.0
 FIRST_ANSWER_INTERVAL = 0.02
 
 
@@ -78,6 +84,36 @@ def http_model_ready(base_url: str, model: str, version: str, timeout: float = 1
     return ready
 
 
+def main_thread_stopping(
+    pid: int,
+    proc: Path = Path("/proc"),
+    sustained: float = STOP_SLEEP_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> Callable[[], Readiness]:
+    """Reads whether tritonserver `pid` is stopping from what its main thread waits in: serving, it
+    waits for a signal on a condition variable (a futex); stopping, it counts down the exit timeout
+    in one-second sleeps (nanosleep), first for the HTTP connections, then for the model. "not ready"
+    once it has slept for `sustained` seconds on end, "ready" while it waits on the futex, else
+    "unknown" (busy, or a kernel that does not say). It needs no endpoint: HTTP may be off."""
+    wchan = proc / str(pid) / "task" / str(pid) / "wchan"
+    asleep_since: list[float | None] = [None]
+
+    def state() -> Readiness:
+        try:
+            waiting_in = wchan.read_text().strip()
+        except OSError:
+            return "unknown"
+        now = clock()
+        if "nanosleep" not in waiting_in:
+            asleep_since[0] = None
+            return "ready" if "futex" in waiting_in else "unknown"
+        if asleep_since[0] is None:
+            asleep_since[0] = now
+        return "not ready" if now - asleep_since[0] >= sustained else "unknown"
+
+    return state
+
+
 def watch_readiness(
     is_ready: Callable[[], Readiness],
     busy: Callable[[], bool],
@@ -104,7 +140,6 @@ def watch_readiness(
             # Until the endpoint first answers, ask often: tritonserver opens it just after loading
             # the model, and a stop soon after would otherwise find it closed before it was ever seen.
             time.sleep(interval if answered else FIRST_ANSWER_INTERVAL)
-        log.info("model not ready (the server is stopping or unloading it): draining its streams")
         on_stopping()
 
     thread = threading.Thread(target=run, name="nlg-readiness-watch", daemon=True)

@@ -7,9 +7,8 @@ flight finish for up to ``drain_seconds`` (Triton retires an instance when the a
 and the streams it holds must not be cut), but never past what the server's own exit timeout leaves
 (server_stop reads it from the server's arguments, whoever started it), then cancels what is left,
 each with a final response that says so, and stops the threads. The drain starts when the server
-closes its HTTP endpoint or marks the model not ready, or at finalize(), whichever comes first: an
-HTTP stream keeps Triton from unloading the model until it ends. A watchdog ends the stub process if
-the server dies under it (server_watch).
+says it is stopping (server_watch), not at finalize(): Triton calls that only once every stream has
+ended. A watchdog ends the stub process if the server dies under it (server_watch).
 """
 
 from __future__ import annotations
@@ -29,7 +28,13 @@ from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory, release_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
 from triton_backend.server_stop import StopBudget, read_server_args
-from triton_backend.server_watch import http_model_ready, watch_parent, watch_readiness
+from triton_backend.server_watch import (
+    MAIN_THREAD_CHECK_INTERVAL,
+    http_model_ready,
+    main_thread_stopping,
+    watch_parent,
+    watch_readiness,
+)
 from triton_backend.settings import ModelSettings, load_settings
 from triton_backend.shm_sweep import sweep
 from triton_backend.tokenizer import load_tokenizer
@@ -74,9 +79,11 @@ class GPT2Model:
         self._responses.start()
         self._engine.start()
         name, version = args["model_name"], args["model_version"]
-        if server.http_url is not None:  # without HTTP, Triton calls finalize() as soon as it stops
+        if server.http_url is not None:
             ready = http_model_ready(server.http_url, name, str(version))
             watch_readiness(ready, busy=self._busy, on_stopping=self._drain)
+        stopping = main_thread_stopping(os.getppid())
+        watch_readiness(stopping, busy=self._busy, on_stopping=self._drain, interval=MAIN_THREAD_CHECK_INTERVAL)
         log.info(
             "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],
@@ -123,7 +130,15 @@ class GPT2Model:
         return self._stop_noticed
 
     def _drain(self) -> None:
-        self._engine.drain(max(0.0, self._stop.drain_end(self._notice_stop()) - time.monotonic()))
+        first = self._stop_noticed is None
+        seconds = max(0.0, self._stop.drain_end(self._notice_stop()) - time.monotonic())
+        self._engine.drain(seconds)
+        if first:
+            log.info(
+                "the server is stopping: streams still open in %.1f s are cut (exit timeout %d s)",
+                seconds,
+                self._stop.exit_timeout_seconds,
+            )
 
     def _busy(self) -> bool:
         stats = self._engine.stats()

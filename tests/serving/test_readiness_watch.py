@@ -1,16 +1,22 @@
 """How the model learns that its server is stopping: over the server's HTTP endpoint, with a timeout,
-never through a call that holds the interpreter's lock while the server unloads it."""
+or from what the server's main thread waits in (HTTP may be off), never through a call that holds
+the interpreter's lock while the server unloads it."""
 
 from __future__ import annotations
 
 import http.server
 import socket
+import subprocess
+import sys
 import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from triton_backend.launch import free_port
-from triton_backend.server_watch import Readiness, http_model_ready, watch_readiness
+from triton_backend.server_watch import Readiness, http_model_ready, main_thread_stopping, watch_readiness
 
 
 class Ready(http.server.BaseHTTPRequestHandler):
@@ -85,3 +91,75 @@ def test_an_idle_instance_keeps_watching_and_drains_once_busy():
     busy.set()
     assert stopped.wait(2.0)
 
+
+def fake_main_thread(tmp_path: Path, pid: int = 7) -> Path:
+    task = tmp_path / str(pid) / "task" / str(pid)
+    task.mkdir(parents=True)
+    return task / "wchan"
+
+
+@pytest.mark.parametrize(
+    ("timeline", "states"),
+    [
+        ([(0.0, "futex_wait_queue"), (0.2, "futex_do_wait")], ["ready", "ready"]),
+        (
+            [(0.0, "futex_do_wait"), (0.1, "hrtimer_nanosleep"), (0.6, "do_nanosleep"), (1.1, "hrtimer_nanosleep")],
+            ["ready", "unknown", "unknown", "not ready"],
+        ),
+        # A sleep broken off (the poll of a model repository, a busy moment) starts the count again.
+        (
+            [(0.0, "hrtimer_nanosleep"), (0.8, "ep_poll"), (1.0, "hrtimer_nanosleep"), (1.9, "hrtimer_nanosleep")],
+            ["unknown", "unknown", "unknown", "unknown"],
+        ),
+        ([(0.0, "0"), (5.0, "0")], ["unknown", "unknown"]),  # a kernel that does not say
+    ],
+    ids=["serving", "stopping", "interrupted-sleep", "unreadable"],
+)
+def test_the_main_thread_says_stopping_once_it_sleeps_out_the_exit_timeout(tmp_path, timeline, states):
+    wchan = fake_main_thread(tmp_path)
+    now = [0.0]
+    state = main_thread_stopping(7, proc=tmp_path, clock=lambda: now[0])
+    seen = []
+    for at, waiting_in in timeline:
+        now[0] = at
+        wchan.write_text(waiting_in + "\n")
+        seen.append(state())
+    assert seen == states
+    assert main_thread_stopping(8, proc=tmp_path)() == "unknown"  # no such process
+
+
+# A process whose main thread waits on a lock (a futex) until told, then sleeps in one-second steps
+# as tritonserver's main thread does once it is stopping.
+SERVER_LIKE = """
+import sys, threading, time
+told = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.readline(), told.set()), daemon=True).start()
+print("serving", flush=True)
+told.wait()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_real_main_thread_reads_serving_then_stopping():
+    child = subprocess.Popen([sys.executable, "-c", SERVER_LIKE], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"serving\n"
+        state = main_thread_stopping(child.pid, sustained=0.5)
+        assert wait_until(lambda: state() == "ready", 5.0)
+        assert child.stdin is not None
+        child.stdin.write(b"stop\n")
+        child.stdin.flush()
+        assert wait_until(lambda: state() == "not ready", 5.0)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

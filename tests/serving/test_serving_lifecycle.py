@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serving_testkit import Stream, grpc_generate, metric, scrape, wait_for
+from serving_testkit import Stream, alive, grpc_generate, metric, scrape, stub_pids, wait_for
 
 from triton_backend.launch import TritonServer
 from triton_backend.settings import DrainBudget
@@ -47,31 +47,6 @@ def open_streams(server: TritonServer, count: int) -> tuple[list[threading.Threa
 def in_model(server: TritonServer) -> float:
     samples = scrape(server.metrics_url)
     return metric(samples, "nlg_requests_running") + metric(samples, "nlg_requests_waiting")
-
-
-def stub_pids(server_pid: int) -> list[int]:
-    """The Python-backend stubs that `server_pid` started."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == server_pid and b"triton_python_backend_stub" in cmdline:
-            pids.append(int(entry.name))
-    return pids
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def kill_all(pids: list[int]) -> None:

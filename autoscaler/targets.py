@@ -108,6 +108,9 @@ class Targets:
         #: Why the last read of the store failed ("" after a good one): the targets are the ones read before.
         self.stale = ""
         self._lock = threading.RLock()
+        # One API write at a time (rare; never held by a round), so that each applies the set it stored.
+        self._writing = threading.Lock()
+        self._writes = 0  # API writes applied; a read of the store that one overtook is not applied
         self._targets: dict[str, Target] = {}
         self._ignored: dict[str, Registration] = {}  # stored targets left out, each warned about once
 
@@ -173,9 +176,11 @@ class Targets:
                 return stored
             return {**stored, registration.model_id: registration}
 
-        stored = self.store.update(change)
+        with self._writing:
+            stored = self.store.update(change)
+            with self._lock:
+                self._applied_write(stored)
         with self._lock:
-            self._apply(stored)
             target = self._targets.get(registration.model_id)
             if target is None:  # stored, then refused here: the config file took it meanwhile
                 raise TargetConflict(f"model {registration.model_id!r} is scaled by the config file")
@@ -194,13 +199,19 @@ class Targets:
             found = model_id in stored
             return {k: v for k, v in stored.items() if k != model_id} if found else stored
 
-        stored = self.store.update(change)
-        with self._lock:
-            self._apply(stored)
+        with self._writing:
+            stored = self.store.update(change)
+            with self._lock:
+                self._applied_write(stored)
         return found
+
+    def _applied_write(self, stored: Stored) -> None:
+        self._writes += 1
+        self._apply(stored)
 
     def sync(self) -> bool:
         """Makes this replica's API targets the stored set; False (the old set kept) if it cannot be read."""
+        writes = self._writes
         try:
             stored = self.store.read()
         except StoreUnavailable as e:
@@ -215,7 +226,8 @@ class Targets:
         self.stale = ""
         self.telemetry.targets_stale.set(0)
         with self._lock:
-            self._apply(stored)
+            if self._writes == writes:  # else an API write applied a newer set meanwhile
+                self._apply(stored)
         return True
 
     def _apply(self, stored: Stored) -> None:

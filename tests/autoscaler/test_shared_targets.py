@@ -23,8 +23,8 @@ from autoscaler.api import create_app
 from autoscaler.app import App
 from autoscaler.config import ConfigError, Registration, parse_config
 from autoscaler.kube import new_client
-from autoscaler.target_store import ConfigMapStore, StoreUnavailable, encode
-from autoscaler.targets import TargetConflict
+from autoscaler.target_store import ConfigMapStore, MemoryStore, StoreUnavailable, encode
+from autoscaler.targets import TargetConflict, Targets
 from autoscaler.telemetry import Telemetry
 
 pytestmark = pytest.mark.integration
@@ -311,6 +311,35 @@ def test_the_store_error_is_one_kind(cluster):
     api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
     with pytest.raises(StoreUnavailable, match="Kubernetes API unreachable"):
         ConfigMapStore(api, STORE, "default", timeout=0.5).update(lambda s: s)
+
+
+class OvertakenReadStore:
+    """A memory store whose read returns the set as it was before ``meanwhile`` wrote."""
+
+    where = "memory"
+
+    def __init__(self) -> None:
+        self.inner, self.meanwhile = MemoryStore(), None
+
+    def read(self):
+        before = self.inner.read()
+        if self.meanwhile is not None:
+            self.meanwhile, meanwhile = None, self.meanwhile
+            meanwhile()
+        return before
+
+    def update(self, change):
+        return self.inner.update(change)
+
+
+def test_a_round_that_read_the_set_before_an_api_write_does_not_undo_it():
+    store = OvertakenReadStore()
+    targets = Targets(Telemetry(CollectorRegistry()), store=store)
+    store.meanwhile = lambda: targets.register(Registration(model_id="bert"))
+    assert targets.sync() is True
+    assert targets.view("bert") is not None  # the read without bert came before the write
+    targets.sync()
+    assert [v["model_id"] for v in targets.views()] == ["bert"]
 
 
 def documented_counter(failure: str) -> str:

@@ -4,6 +4,8 @@ accepts them, colons of vLLM's names included)."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,3 +46,42 @@ def test_the_recorded_series_are_the_ones_the_source_reads_for_the_backend(rende
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_keda_reads_queue_time_from_tritons_own_counters(render):
+    signals = [{"metric": "queue_mean", "target": 5}]
+    values = {"scaling": {"mode": "keda"}, "autoscaler": {"policy": {"signals": signals}}}
+    queries = [t["metadata"]["query"] for t in render(values=values).one("ScaledObject")["spec"]["triggers"]]
+    queue = [q for q in queries if "nv_inference_queue_duration_us" in q]
+    assert len(queue) == 1
+    assert "/ 1000 / sum(rate(nv_inference_request_success{" in queue[0]
+
+
+def panels(render, backend: str) -> dict[str, str]:
+    text = render(values=values(backend)).config_map_file("-dashboard", "nlg-serving.json")
+    return {p["title"]: " ".join(t["expr"] for t in p["targets"]) for p in json.loads(text)["panels"]}
+
+
+NATIVE = {"nlg_", "vllm:", "nv_trt_llm_", "nv_llm_"}  # the prefixes only one backend's pages carry
+
+
+@pytest.mark.parametrize(
+    ("backend", "titles", "names", "own"),
+    [
+        ("auto", ["Per-token latency"], {"nlg_time_per_output_token_seconds_sum", "nlg_requests_waiting"}, {"nlg_"}),
+        ("vllm", ["Per-token latency"],
+         {"vllm:time_to_first_token_seconds_bucket", "vllm:request_generation_tokens_sum",
+          "vllm:e2e_request_latency_seconds_sum", "vllm:generation_tokens_total"}, {"vllm:"}),
+        ("tensorrt_llm", ["Per-token latency"],
+         {"nv_inference_first_response_histogram_ms_bucket", "nv_llm_output_token_len_sum",
+          "nv_trt_llm_request_metrics"}, {"nv_trt_llm_", "nv_llm_"}),
+        ("triton", ["Queue time and request latency", "Request throughput"],
+         {"nv_inference_queue_duration_us", "nv_inference_pending_request_count"}, set()),
+    ],
+)  # fmt: skip
+def test_the_dashboard_panels_follow_the_backend(render, backend, titles, names, own):
+    board = panels(render, backend)
+    assert set(titles) <= set(board)
+    queried = set(re.findall(r"\b((?:nlg_|vllm:|nv_)[a-z0-9_:]+)\{", " ".join(board.values())))
+    assert names <= queried
+    assert not {q for q in queried if q.startswith(tuple(NATIVE - own))}, queried  # no other backend's names

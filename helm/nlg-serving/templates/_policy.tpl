@@ -69,6 +69,9 @@ Call with (dict "root" $ "metric" "pertoken_mean").
 {{- printf "avg(nlg_requests_waiting{%s}) or vector(0)" $sel }}
 {{- else if eq .metric "kv_usage" }}
 {{- printf "avg(nlg_kv_cache_usage_ratio{%s}) or vector(0)" $sel }}
+{{- else if eq .metric "queue_mean" }}
+{{- /* Triton's own counters (docs/backends.md): summed microseconds over requests, in ms. */}}
+{{- printf "sum(rate(nv_inference_queue_duration_us{%s}[%s])) / 1000 / sum(rate(nv_inference_request_success{%s}[%s])) >= 0 or vector(0)" $sel $w $sel $w }}
 {{- else }}
 {{- $family := get $families (index $parts 0) }}
 {{- $stat := index $parts 1 }}

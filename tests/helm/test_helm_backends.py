@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helm_testkit import validate_manifest
+from helm_testkit import ROOT, validate_manifest
 
-from autoscaler.collect.backends import BACKENDS
+from autoscaler.backend_check import backend_report
+from autoscaler.collect.backends import BACKENDS, signals
 from autoscaler.collect.promql import recorded_name, recorded_series
 from autoscaler.config import parse_config
 
@@ -85,3 +86,47 @@ def test_the_dashboard_panels_follow_the_backend(render, backend, titles, names,
     queried = set(re.findall(r"\b((?:nlg_|vllm:|nv_)[a-z0-9_:]+)\{", " ".join(board.values())))
     assert names <= queried
     assert not {q for q in queried if q.startswith(tuple(NATIVE - own))}, queried  # no other backend's names
+
+
+# --- docs/backends.md -----------------------------------------------------------------------------
+
+DOC = ROOT / "docs" / "backends.md"
+
+
+def signals_table() -> str:
+    """The table of docs/backends.md as autoscaler.collect.backends gives it."""
+    rows = ["request_mean", "request_p99", "pertoken_mean", "pertoken_p99", "ttft_mean", "ttft_p99", "itl_mean",
+            "itl_p99", "queue_mean", "waiting_per_replica", "kv_usage", "running", "instances"]  # fmt: skip
+    lines = ["| signal | " + " | ".join(BACKENDS) + " |", "|---|" + "---|" * len(BACKENDS)]
+    for row in rows:
+        cells = []
+        for backend in BACKENDS.values():
+            origin = signals(backend).get(row)
+            cells.append("—" if origin is None else "derived" if origin.startswith("(") else f"`{origin}`")
+        lines.append(f"| `{row}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def test_the_docs_signals_table_is_what_the_backends_give():
+    text = DOC.read_text(encoding="utf-8")
+    table = text.split("<!-- signals-table:")[1].split("\n", 1)[1].split("<!-- end signals-table -->")[0]
+    assert table.strip() == signals_table()
+
+
+def documented_values() -> dict[str, dict]:
+    blocks = re.findall(r"```yaml\n# values: (\w+)\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.S)
+    return {backend: yaml.safe_load(body) for backend, body in blocks}
+
+
+def test_the_docs_show_values_for_each_backend():
+    assert set(documented_values()) == set(BACKENDS)
+
+
+@pytest.mark.parametrize("backend", list(BACKENDS))
+def test_each_documented_values_example_renders_and_passes_check(render, backend):
+    rendered = render(values=documented_values()[backend])
+    config = parse_config(yaml.safe_load(rendered.one("ConfigMap", "-autoscaler")["data"]["config.yaml"]))
+    assert config.metrics.backend == backend
+    report = backend_report(config)  # a configured backend: no probe
+    assert report.lines[0] == f"metrics.backend: {backend}"
+    assert report.refused == []

@@ -163,11 +163,14 @@ class FakeApiServer:
                 fake.requests.append((self.command, self.path))
                 code, answer = fake.handle(self.command, self.path, body)
                 data = json.dumps(answer).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up waiting (its timeout): as an API server, answer no one
 
             do_GET = do_POST = do_PUT = do_PATCH = _serve
 

@@ -2,18 +2,21 @@
 
 Two :class:`~autoscaler.app.App` instances ("a" and "b", as two pods of the chart with
 ``autoscaler.replicas: 2``) talk to the test's own API server over real HTTP with the official
-client; their rounds run on one fake clock, their REST APIs in process. The API server keeps
-resourceVersions and answers a stale write 409, as kube-apiserver does.
+client; their rounds run on one fake clock, their REST APIs in process (one e2e test runs both
+whole, on real ports and threads). The API server keeps resourceVersions and answers a stale
+write 409, as kube-apiserver does.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
+import httpx
 import pytest
-from autoscaler_testkit import FakeClock, PodMetrics
+from autoscaler_testkit import FakeClock, PodMetrics, free_port
 from fake_apiserver import FakeApiServer
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
@@ -31,7 +34,8 @@ pytestmark = pytest.mark.integration
 
 DOCS = Path(__file__).parents[2] / "docs" / "autoscaler.md"
 STORE = "nlg-autoscaler-targets"
-LEASE = 3.0  # s; renew deadline 2 s, rounds every 0.5 s
+INTERVAL = 2.0  # s: each call to the API server may take half of it, room on a loaded machine
+LEASE = 6.0  # s; renew deadline 4 s
 BERT = {"model_id": "bert", "deployment": "bert",
         "scaler": {"type": "pertoken", "threshold": 25, "time_window": 10, "max_deployment_count": 4}}  # fmt: skip
 
@@ -60,7 +64,7 @@ def config(pods, **extra):
         "actuator": {"kind": "kubernetes", "deployment": "triton"},
         "leader_election": {"enabled": True, "lease_duration": LEASE},
         "target_store": {"kind": "configmap", "configmap": STORE},
-        "loop": {"interval": 0.5}, "metrics": {"port": 0}, **extra,
+        "loop": {"interval": INTERVAL}, "metrics": {"port": 0}, **extra,
     })  # fmt: skip
 
 
@@ -70,7 +74,7 @@ class Replica:
     def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock) -> None:
         kube = new_client(k8s.Configuration(host=cluster.url))
         self.app = App(config(pods), kube=kube, identity=name, clock=clock)
-        self.api = TestClient(create_app(self.app.controller, "token", retry_after=0.5))
+        self.api = TestClient(create_app(self.app.controller, "token", retry_after=INTERVAL))
         self.api.headers["Authorization"] = "Bearer token"
 
     @property
@@ -164,7 +168,7 @@ def test_the_standby_refuses_writes_naming_the_leader_and_answers_reads(replicas
         kwargs = {} if method == "delete" else {"json": BERT}
         answer = getattr(b.api, method)(path, **kwargs)
         assert answer.status_code == 503, (method, answer.text)
-        assert answer.headers["Retry-After"] == "1"
+        assert answer.headers["Retry-After"] == "2"
         assert answer.json()["detail"]["leader"] == "a"
         assert "this replica ('b') is a standby" in answer.json()["detail"]["error"]
     assert b.api.post("/deployment/", json=BERT, headers={"Authorization": "Bearer wrong"}).status_code == 401
@@ -260,7 +264,7 @@ def test_api_server_down_writes_are_503_and_the_loop_keeps_the_targets_it_read(r
         kwargs = {} if method == "delete" else {"json": {**BERT, "model_id": "t5", "deployment": "t5"}}
         answer = getattr(a.api, method)(path, **kwargs)
         assert answer.status_code == 503, answer.text
-        assert answer.headers["Retry-After"] == "1"
+        assert answer.headers["Retry-After"] == "2"
         assert answer.json()["detail"]["error"] == (
             f"cannot read the targets in configmap default/{STORE}: Kubernetes API unreachable (Connection refused)"
         )
@@ -369,3 +373,46 @@ def test_two_replicas_with_the_api_on_need_a_shared_store():
         "on one replica is unknown to the others; set target_store.kind: configmap"
     ]
     parse_config({"leader_election": {"enabled": True}, "api": {"port": 0}})  # no API: nothing to share
+
+
+@pytest.mark.e2e
+def test_two_running_replicas_hand_a_registered_target_over(cluster, pods, tmp_path):
+    """The whole service twice, on real ports and threads: write through the Service's either pod,
+    stop the leader, and the standby scales the target."""
+    ports = {name: free_port() for name in ("a", "b")}
+    apps = {
+        name: App(
+            # Calls get half the interval: 0.5 s, room on a loaded machine.
+            config(pods, loop={"interval": 1.0}, api={"port": port, "auth": "none"}),
+            kube=new_client(k8s.Configuration(host=cluster.url)), identity=name,
+        )
+        for name, port in ports.items()
+    }  # fmt: skip
+    url = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+
+    def wait_for(condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, what
+            pods[1].serve(0.100, n=5)  # bert's pod: 100 ms per token against 25 ms
+            time.sleep(0.1)
+
+    try:
+        apps["a"].start()
+        wait_for(lambda: httpx.get(f"{url['a']}/healthz").json()["leader"], 10, "a never led")
+        apps["b"].start()
+        wait_for(lambda: apps["b"].controller.elector.holder == "a", 10, "b never read the Lease")
+        refused = httpx.post(f"{url['b']}/deployment/", json=BERT)
+        assert refused.status_code == 503 and refused.json()["detail"]["leader"] == "a", refused.text
+        assert httpx.post(f"{url['a']}/deployment/", json=BERT).status_code == 201
+        pods[1].running.set(1)
+        wait_for(lambda: cluster.replicas("bert") > 1, 15, "the leader never scaled bert")
+        apps["a"].stop()  # releases the Lease
+        cluster.objects["deployments", "default", "bert"]["spec"]["replicas"] = 1  # a person scales it back
+        wait_for(lambda: httpx.get(f"{url['b']}/healthz").json()["leader"], 10, "b never took the Lease")
+        wait_for(lambda: cluster.replicas("bert") > 1, 15, "the new leader never scaled bert")
+        view = httpx.get(f"{url['b']}/deployment/bert/").json()
+        assert view["origin"] == "api" and view["replicas"]["current"] > 1
+    finally:
+        for app in apps.values():
+            app.stop()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.request
+
 import pytest
 from serving_testkit import grpc_generate, metric, scrape, wait_for
 
@@ -47,3 +51,32 @@ def test_bad_input_is_refused_by_name_and_the_server_keeps_serving(triton_tiny, 
     assert wait_for(
         lambda: metric(scrape(triton_tiny.metrics_url), "nlg_requests_rejected_total") == before + 1
     )
+
+
+NUMERIC_FIELDS = ("max_tokens", "min_tokens", "n", "temperature", "top_p", "top_k", "no_repeat_ngram_size",
+                  "seed", "deadline")  # fmt: skip
+
+
+def http_error(http_url: str, body: dict) -> str:
+    """The error of a generate_stream request Triton refuses (400, the error as one server-sent event)."""
+    request = urllib.request.Request(f"http://{http_url}/v2/models/gpt2/generate_stream",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=120)
+    assert refused.value.code == 400
+    text = refused.value.read().decode().strip()
+    return str(json.loads(text.removeprefix("data: "))["error"])
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("field", NUMERIC_FIELDS)
+def test_an_integer_of_5000_digits_is_refused_naming_its_field(triton_tiny, field, protocol):
+    """Reported: CPython's "Exceeds the limit (4300 digits) ... sys.set_int_max_str_digits()" advice
+    reached clients in place of the field's rule."""
+    sampling = '{"%s": %s}' % (field, "9" * 5000)  # noqa: UP031 - the braces of JSON
+    if protocol == "grpc":
+        error = grpc_generate(triton_tiny.grpc_url, "hi", sampling).error
+    else:
+        error = http_error(triton_tiny.http_url, {"text_input": "hi", "sampling_parameters": sampling})
+    assert error is not None and error.startswith(f"{field}: must be "), error
+    assert "got an integer of 5000 digits" in error and "Exceeds" not in error and "set_int" not in error, error

@@ -37,6 +37,8 @@ def available() -> bool:
     return bool(torch._C._has_mkldnn) and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
+#: The rows oneDNN lays packed weights out for.
+BATCH_HINT = 16
 EXACT_ROWS = 16
 STEPS_PER_DOUBLING = 8
 
@@ -79,13 +81,16 @@ class PackedLinear(torch.nn.Module):
 def pack_cpu_linears(model: GPT2LMHeadModel, batch_hint: int, seed: int = 0) -> int:
     """Replaces the attention and MLP projections of every block and the LM head (untied from the
     embedding, which stays) with :class:`PackedLinear`, GPT-2's GELU fused into the MLP's first
-    projection; returns how many were replaced.
+    projection; returns how many were replaced. A model packed before (build_engine packs it before
+    it reads the memory left for the KV cache) is left as it is; the count is then of its packed modules.
 
     Only for float32 models on the CPU; anything else is left alone (returns 0).
     """
     first = next(model.parameters())
     if first.device.type != "cpu" or first.dtype != torch.float32 or not available():
         return 0
+    if packed := sum(isinstance(module, PackedLinear) for module in model.modules()):
+        return packed
     generator = torch.Generator().manual_seed(seed)
     replaced = 0
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from transformers import GPT2LMHeadModel
 
+from triton_backend import cpu_linear
+from triton_backend.cpu_linear import PackedLinear
 from triton_backend.engine import Engine
 from triton_backend.kv_cache import PagedKVCache, pages_for_budget
 from triton_backend.length_predictor import LengthPredictor
@@ -68,6 +70,8 @@ def build_engine(
         torch.cuda.set_device(device)  # graphs are captured on the current device
     dtype = parse_dtype(settings.dtype, device)
     model, info = build_model(settings.preset, settings.weights_path or None, device, dtype, settings.seed)
+    # Packed before the memory is read: on the CPU the packed copies are the weights from then on.
+    cpu_linear.pack_cpu_linears(model, cpu_linear.BATCH_HINT)
     budget = size_cache(settings, model, memory(device))
     shape = cache_shape(model)
     pages = pages_for_budget(shape, budget.bytes, min_sequences=1)
@@ -100,12 +104,13 @@ def size_cache(settings: ModelSettings, model: GPT2LMHeadModel, memory: Memory) 
     sequence = shape.bytes_per_page * shape.pages_per_sequence
     if settings.kv_cache_bytes:
         return fixed_budget(settings.kv_cache_bytes, sequence)
-    weights = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
-    # On the CPU in float32 the runner packs the LM head apart from the embedding it is tied to.
-    packed_head = memory.device == "cpu" and shape.dtype == torch.float32
-    working = working_bytes(
-        shape, model.config.vocab_size, settings.max_num_seqs, settings.prefill_chunk_tokens, packed_head
+    tensors = (
+        *model.parameters(),
+        *model.buffers(),
+        *(m.packed for m in model.modules() if isinstance(m, PackedLinear)),
     )
+    weights = sum(t.numel() * t.element_size() for t in tensors)
+    working = working_bytes(shape, model.config.vocab_size, settings.max_num_seqs, settings.prefill_chunk_tokens)
     return cache_budget(
         memory,
         weights=weights,

@@ -69,15 +69,12 @@ def host_memory(mem_total: int, mem_available: int, cgroups: Sequence[CgroupLeve
     return Memory("cpu", total, available)
 
 
-def working_bytes(
-    shape: CacheShape, vocab_size: int, max_num_seqs: int, prefill_chunk_tokens: int, packed_head: bool
-) -> int:
+def working_bytes(shape: CacheShape, vocab_size: int, max_num_seqs: int, prefill_chunk_tokens: int) -> int:
     """Memory a step needs beside the weights and the cache, at the settings' largest step.
 
     An eager decode step gathers each layer's keys and values of every sequence over the longest
     span in the batch (one layer's while the next is gathered: two); the step's hidden states take a
     dozen widths per token (the MLP is four wide); the logits are float32, and the sampler copies them.
-    On the CPU the LM head is packed for oneDNN apart from the embedding it was tied to (cpu_linear).
     A GPU's CUDA graphs hold the same tensors in their pool.
     """
     element = shape.bytes_per_page // (2 * shape.n_layer * shape.n_head * shape.head_dim * shape.page_size)
@@ -86,8 +83,7 @@ def working_bytes(
     gathered = 2 * max_num_seqs * sequence // shape.n_layer
     hidden = 12 * (max_num_seqs + prefill_chunk_tokens) * width * element
     logits = 4 * max_num_seqs * vocab_size * 4
-    head = vocab_size * width * element if packed_head else 0
-    return gathered + hidden + logits + head
+    return gathered + hidden + logits
 
 
 def cache_budget(

@@ -55,7 +55,7 @@ class GPT2Runner:
         cache: PagedKVCache,
         graphs: StepGraphs | None = None,
         pack_cpu: bool = True,
-        batch_hint: int = 16,
+        batch_hint: int = cpu_linear.BATCH_HINT,
     ) -> None:
         self.model = model
         self.cache = cache

@@ -216,7 +216,7 @@ class Targets:
             stored = self.store.read()
         except StoreUnavailable as e:
             if not self.stale:
-                log.warning("%s; scaling the %d targets read before until it can be read", e, len(self._targets))
+                log.warning("%s; keeping the %d targets read before until it can be read", e, len(self._targets))
             self.stale = str(e)
             self.telemetry.target_store_errors.inc()
             self.telemetry.targets_stale.set(1)

@@ -273,7 +273,7 @@ def test_api_server_down_writes_are_503_and_the_loop_keeps_the_targets_it_read(r
         errors = a.round()
     assert a.app.controller.elector.leading  # within its renew deadline
     assert f"targets: cannot read the targets in configmap default/{STORE}" in " ".join(errors)
-    assert "scaling the 2 targets read before until it can be read" in caplog.text
+    assert "keeping the 2 targets read before until it can be read" in caplog.text
     assert registry.get_sample_value("nlg_autoscaler_targets_stale") == 1
     assert registry.get_sample_value(documented_counter("the stored targets")) == 1
     assert a.targets.view("bert") is not None  # kept, not dropped

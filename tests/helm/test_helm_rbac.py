@@ -180,3 +180,23 @@ def test_role_is_bound_to_the_autoscalers_service_account_only(render):
     assert not {"ClusterRole", "ClusterRoleBinding"} & set(rendered.kinds())
     for rule in rendered.one("Role")["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+
+
+@pytest.mark.parametrize(
+    ("assignments", "store"),
+    [([], "configmap"), (["autoscaler.replicas=2"], "configmap"), (["autoscaler.api.port=0"], "memory")],
+    ids=["defaults", "two-replicas", "no-api"],
+)
+def test_the_targets_configmap_is_the_one_the_config_names_and_the_role_allows(render, assignments, store):
+    rendered = render(*[a for s in assignments for a in ("--set", s)])
+    config = rendered_config(rendered)  # parses: two replicas with the API on get the shared store
+    assert config.target_store.kind == store
+    made = [d for d in rendered.docs if d["kind"] == "ConfigMap" and d["metadata"]["name"].endswith("-targets")]
+    if store == "memory":
+        assert made == []
+        return
+    assert [d["metadata"]["name"] for d in made] == [config.target_store.configmap]
+    assert config.target_store.namespace == NAMESPACE
+    assert "data" not in made[0]  # the autoscaler's keys: an upgrade's three-way merge leaves them
+    rules = [r for r in rendered.one("Role", "-autoscaler")["rules"] if r["resources"] == ["configmaps"]]
+    assert [r["resourceNames"] for r in rules] == [[config.target_store.configmap]]

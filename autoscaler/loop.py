@@ -4,9 +4,9 @@ This module is the only code that reads the clock (``clock``, ``time.time`` by d
 tests drive it). It owns the round; the targets, their policy state and recent decisions live in
 :class:`autoscaler.targets.Targets` (``Controller.targets``), which the REST API shares.
 
-A round: the elector's tick (a follower, another replica holding the Lease, stops there), then the
-targets are read again from their store (one that cannot be read leaves the ones read last,
-logged and counted), then, per target: observe the replicas (a change made by someone else is
+A round: the elector's tick, then the targets are read again from their store (one that cannot be
+read leaves the ones read last, logged and counted); a follower (another replica holds the Lease)
+stops there, its API listing what it read. Then, per target: observe the replicas (a change made by someone else is
 logged and taken as current), read the window (a source that fails gives an empty window: the
 policy holds, the error is counted), decide, and if the decision differs from what was observed,
 actuate. A failed actuation is counted and the policy state keeps the observed replicas, so the

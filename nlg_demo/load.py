@@ -87,6 +87,9 @@ class PoissonLoad:
         self.complex_fraction = complex_fraction
         self.model = model
         self.records: list[LoadRecord] = []
+        self.max_in_flight = max_in_flight
+        self.dropped = 0
+        """Arrivals not sent because ``max_in_flight`` requests were in flight (no record)."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -97,6 +100,10 @@ class PoissonLoad:
     def start(self) -> PoissonLoad:
         self._thread.start()
         return self
+
+    def set_rate(self, rate: float) -> None:
+        """Arrivals at ``rate`` per second from the next one on (a phase of the load)."""
+        self.rate = rate
 
     def rate_at(self, elapsed: float) -> float:
         """Arrivals per second ``elapsed`` seconds after the load started."""
@@ -109,7 +116,8 @@ class PoissonLoad:
             if self.ramp > 0 and self._rng.random() * self.rate > self.rate_at(time.monotonic() - started):
                 continue
             if not self._slots.acquire(blocking=False):
-                continue  # saturated: this arrival is dropped, as an open-loop client would time out
+                self.dropped += 1  # saturated: this arrival is dropped, as an open-loop client would time out
+                continue
             query = COMPLEX if self._rng.random() < self.complex_fraction else SIMPLE
             record = LoadRecord(
                 query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices,

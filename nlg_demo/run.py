@@ -21,21 +21,23 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autoscaler.actuate.triton import TritonInstanceScaler
 from autoscaler.app import App
 from autoscaler.profile import EngineProfile, load_profile
-from nlg_demo.config import MODEL, demo_config
-from nlg_demo.load import LoadRecord, PoissonLoad
+from nlg_demo.capacity import STEP_FACTOR, LoadPlan, capacity_of, first_rate, plan_load, statistic_of, sweep
+from nlg_demo.config import MODEL, demo_config, planner_spec
+from nlg_demo.load import LoadRecord, PoissonLoad, mix_of
 from nlg_demo.plot import Round, Signal, plot_run
 from nlg_demo.served_profile import (
     SHIPPED,
     Overhead,
+    calibrated,
     fit_overhead,
     measure_engine_profile,
     mismatches,
@@ -46,6 +48,12 @@ from triton_backend.launch import PROJECT_ROOT, TritonServer
 
 #: Lone requests of each kind timed before the load: the threshold and the serving overhead.
 LONE_REQUESTS = 3
+#: The per-token statistic each policy aims at (the planner's SLO is on the p99).
+STATISTIC = {"pertoken": "mean", "planner": "p99"}
+#: Seconds the capacity sweep waits for a reload to two instances and back (a few on a CPU).
+LOAD_WAIT_S = 120.0
+#: The share of the load's time at the base rate before the peak (when the load is sized here).
+BASE_SHARE = 1 / 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,10 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", choices=("pertoken", "planner"), default="pertoken",
                         help="scaling policy (default pertoken)")  # fmt: skip
     parser.add_argument("--duration", type=float, default=180.0, help="seconds in all (default 180)")
-    parser.add_argument("--load-share", type=float, default=0.5, help="share of the duration with load on")
-    parser.add_argument("--rate", type=float, default=2.0, help="Poisson arrivals per second (default 2)")
-    parser.add_argument("--ramp", type=float, default=0.0,
-                        help="seconds over which the rate rises from 0 to --rate (default 0: a step)")  # fmt: skip
+    parser.add_argument("--load-share", type=float, default=0.5, help="share of the duration at the peak")
+    parser.add_argument("--rate", type=float,
+                        help="Poisson arrivals per second at the peak (default: sized from the capacity measured "
+                             "first)")  # fmt: skip
+    parser.add_argument(
+        "--ramp", type=float, default=0.0,
+        help="seconds over which the rate rises from 0 to the peak (default 0: a base, then the peak)",
+    )  # fmt: skip
     parser.add_argument("--complex", type=float, default=0.5, help="share of complex queries (default 0.5)")
     parser.add_argument("--threshold", type=float, help="per-token latency target in ms (default: measured)")
     parser.add_argument("--max-instances", type=int, default=3)
@@ -114,22 +126,62 @@ def engine_profile(args: argparse.Namespace) -> tuple[EngineProfile, Path] | Non
     return profile, path
 
 
-def lone_requests(load: PoissonLoad, policy: str) -> list[LoadRecord]:
-    """Simple queries one at a time (the threshold), and complex ones for the planner (a batch of
-    their choices, for the serving overhead per sequence)."""
-    kinds = (SIMPLE, COMPLEX) if policy == "planner" else (SIMPLE,)
-    records = [load.send(query) for query in kinds for _ in range(LONE_REQUESTS)]
-    if not any(r.complete for r in records):
+def lone_requests(load: PoissonLoad) -> list[LoadRecord]:
+    """Simple and complex queries one at a time: the idle per-token latency (the threshold), how long
+    each kind takes (where the capacity sweep starts), the serving overhead (a complex query runs its
+    choices as a batch)."""
+    records = [load.send(query) for query in (SIMPLE, COMPLEX) for _ in range(LONE_REQUESTS)]
+    if not all(any(r.complete for r in records if r.kind == q.name) for q in (SIMPLE, COMPLEX)):
         raise SystemExit("nlg-demo: the calibration requests failed; is the model serving?")
     return records
 
 
-def threshold_of(lone: Sequence[LoadRecord]) -> float:
-    """Twice the idle per-token latency of simple queries, in ms: the load will push past it."""
-    measured = [r.per_token_ms for r in lone if r.kind == SIMPLE.name and r.per_token_ms is not None]
-    if not measured:
-        raise SystemExit("nlg-demo: no simple calibration request finished")
-    return round(2 * statistics.median(measured), 1)
+def threshold_of(lone: Sequence[LoadRecord], statistic: str) -> float:
+    """Twice the idle per-token ``statistic`` (the one the policy aims at: the planner's SLO is on the
+    p99) of the lone requests, in ms: a target an idle instance meets and a loaded one crosses."""
+    idle = statistic_of(lone, statistic)
+    if idle is None:
+        raise SystemExit("nlg-demo: no calibration request finished")
+    return round(2 * idle, 1)
+
+
+def measure_load(
+    args: argparse.Namespace, server: TritonServer, lone: Sequence[LoadRecord], threshold: float
+) -> tuple[LoadPlan, list[LoadRecord]]:
+    """The capacity of one instance, then of two together, and the load sized from them; also every
+    request the sweeps sent."""
+    statistic = STATISTIC[args.policy]
+    loads: list[PoissonLoad] = []
+
+    def make_load(rate: float, index: int) -> PoissonLoad:
+        loads.append(PoissonLoad(server.grpc_url, rate, args.complex, seed=args.seed * 1000 + len(loads) + 1))
+        return loads[-1]
+
+    def say(line: str) -> None:
+        print(line, flush=True)
+
+    print(f"  capacity: the rate at which the per-token {statistic} crosses {threshold:g} ms; one instance:")
+    start = first_rate(lone, args.max_num_seqs, args.complex)
+    one = capacity_of(sweep(make_load, start, threshold, statistic, say), threshold)
+    scaler = TritonInstanceScaler(f"http://{server.http_url}", server.metrics_url, load_wait=LOAD_WAIT_S)
+    try:
+        set_instances(scaler, 2)
+        print("  two instances together:", flush=True)
+        two = capacity_of(sweep(make_load, one / STEP_FACTOR, threshold, statistic, say), threshold)
+        set_instances(scaler, 1)
+    finally:
+        scaler.close()
+    plan = plan_load(one, two)
+    print(f"  one instance carries {one:.2f}/s, two together {two:.2f}/s: a base of {plan.base:.2f}/s, "
+          f"a peak of {plan.peak:.2f}/s", flush=True)  # fmt: skip
+    return plan, [r for load in loads for r in load.records]
+
+
+def set_instances(scaler: TritonInstanceScaler, count: int) -> None:
+    """The model's instance count, waited for (the sweep's requests have all finished)."""
+    current = scaler.observe(MODEL).replicas
+    if current != count:
+        scaler.scale(MODEL, count, current)
 
 
 def signal_of(view: dict[str, Any]) -> Signal:
@@ -164,13 +216,24 @@ def line_of(view: dict[str, Any], record: Round, signal: Signal, in_flight: int)
 
 
 def plan_profile(
-    args: argparse.Namespace, engine: tuple[EngineProfile, Path], lone: Sequence[LoadRecord], startup_s: float
+    args: argparse.Namespace,
+    engine: tuple[EngineProfile, Path],
+    lone: Sequence[LoadRecord],
+    startup_s: float,
+    per_replica: float | None,
+    threshold: float,
 ) -> tuple[Path, Overhead]:
-    """Writes the served instance's profile beside the PNG (the engine's plus what serving adds here)."""
+    """Writes the served instance's profile beside the PNG: the engine's plus what serving adds here,
+    and, given the measured ``per_replica`` (choices per second of one of two instances loaded
+    together), the step overhead at which the planner counts one replica for that."""
     overhead = fit_overhead(engine[0], lone)
     path = output_path(args, ".served-profile.json")
     path.parent.mkdir(parents=True, exist_ok=True)
-    served_profile(engine[0], overhead, startup_s, engine[1]).save(path)
+    served = served_profile(engine[0], overhead, startup_s, engine[1])
+    if per_replica is not None:
+        spec = planner_spec(args, threshold, path)
+        served, _ = calibrated(served, per_replica, spec, mix_of(args.complex).choices)
+    served.save(path)
     return path, overhead
 
 
@@ -195,10 +258,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     with TritonServer(env=env, extra_args=extra) as server:
         startup_s = time.monotonic() - starting
         print(f"  ready in {startup_s:.1f} s: gRPC {server.grpc_url}, metrics {server.metrics_url}", flush=True)
-        load = PoissonLoad(server.grpc_url, args.rate, args.complex, seed=args.seed, ramp=args.ramp)
-        lone = lone_requests(load, args.policy)
-        threshold = args.threshold if args.threshold is not None else threshold_of(lone)
-        served, overhead = plan_profile(args, engine, lone, startup_s) if engine else (None, None)
+        lone = lone_requests(PoissonLoad(server.grpc_url, 1.0, args.complex, seed=args.seed))
+        threshold = args.threshold if args.threshold is not None else threshold_of(lone, STATISTIC[args.policy])
+        calibration = list(lone)
+        plan = None
+        if args.rate is None:
+            plan, swept = measure_load(args, server, lone, threshold)
+            calibration += swept
+        peak = plan.peak if plan else args.rate
+        # A base that one instance carries comes first, unless the rate ramps (or is given).
+        base = plan.base if plan and args.ramp <= 0 else None
+        # The planner counts one instance for what one of two loaded together carried here.
+        per_replica = plan.two / 2 * mix_of(args.complex).choices if plan else None
+        served, overhead = (
+            plan_profile(args, engine, lone, startup_s, per_replica, threshold) if engine else (None, None)
+        )
         config = demo_config(args, server, threshold, served)
         print(f"  policy: {describe_policy(args, threshold, overhead, startup_s)}", flush=True)
         if served is not None:
@@ -209,15 +283,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         assert view is not None  # the config's target is set when the App is built
         signal = signal_of(view)
         rounds: list[Round] = []
+        load = PoissonLoad(server.grpc_url, base or peak, args.complex, seed=args.seed, ramp=args.ramp)
         t0 = time.monotonic()
         load_stops = t0 + args.duration * args.load_share
+        peak_starts = t0 + (args.duration * args.load_share * BASE_SHARE if base else 0.0)
         load_stopped_at: float | None = None
+        in_peak = base is None
         load.start()
-        ramp = f", rising over {args.ramp:g} s" if args.ramp > 0 else ""
-        print(f"  load: Poisson {args.rate:g}/s{ramp}, {args.complex:.0%} complex, for {load_stops - t0:.0f} s\n")
+        print(f"  load: Poisson, {args.complex:.0%} complex, for {load_stops - t0:.0f} s: "
+              f"{phases(base, peak, args.ramp, peak_starts - t0)}\n")  # fmt: skip
         try:
             while time.monotonic() - t0 < args.duration:
                 started = time.monotonic()
+                if not in_peak and started >= peak_starts:
+                    load.set_rate(peak)
+                    in_peak = True
+                    print(f"[{started - t0:6.1f}s] the peak: {peak:.2f}/s", flush=True)
                 if load_stopped_at is None and started >= load_stops:
                     load.stop_arrivals()
                     load_stopped_at = started - t0
@@ -231,13 +312,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         finally:
             load.join()
             app.stop()
-    records = load.records
+    records = calibration + load.records
     done = [r for r in records if r.complete]
     cut = [r for r in records if r.end is not None and not r.complete]
     title = f"nlg-demo: {args.policy} policy scaling Triton instances in place"
-    path = plot_run(args.out, rounds, records, t0, signal, load_stopped_at, title, bin_s=args.window)
-    print(f"\n{len(records)} requests: {len(done)} complete, {len(cut)} failed or cut; "
-          f"most instances {max((r.current for r in rounds), default=1)}; plot: {path}")  # fmt: skip
+    path = plot_run(args.out, rounds, load.records, t0, signal, load_stopped_at, title, bin_s=args.window)
+    dropped = f" ({load.dropped} more arrivals dropped at {load.max_in_flight} in flight)" if load.dropped else ""
+    print(f"\n{len(records)} requests ({len(calibration)} measuring capacity): {len(done)} complete, "
+          f"{len(cut)} failed or cut{dropped}; {reached(rounds, load_stopped_at)}; plot: {path}")  # fmt: skip
     for record in cut[:5]:
         print(f"  {record.kind}: {record.error}", file=sys.stderr)
     return 0 if not cut else 1
+
+
+def phases(base: float | None, peak: float, ramp: float, base_s: float) -> str:
+    """The load's phases as the demo announces them."""
+    if base:
+        return f"{base:.2f}/s for {base_s:.0f} s, then a peak of {peak:.2f}/s"
+    return f"{peak:.2f}/s" + (f", rising over {ramp:g} s" if ramp > 0 else "")
+
+
+def reached(rounds: Sequence[Round], load_stopped: float | None) -> str:
+    """The instances the run reached: the most while the load lasted, and those at the end."""
+    if not rounds:
+        return "instances reached: no round ran"
+    during = [r.current for r in rounds if load_stopped is None or r.t < load_stopped]
+    return f"instances reached {max(during, default=rounds[0].current)} under load, {rounds[-1].current} at the end"

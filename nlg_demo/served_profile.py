@@ -22,6 +22,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Final
 
+from autoscaler.capacity import choices_per_second
+from autoscaler.config import PlannerSpec
+from autoscaler.planner import planner_config
 from autoscaler.profile import EngineProfile
 from nlg_demo.load import LoadRecord
 
@@ -130,3 +133,28 @@ def served_profile(engine: EngineProfile, overhead: Overhead, startup_s: float, 
             "startup_measured_as": "tritonserver start to ready, this run",
         },
     )
+
+
+
+def calibrated(
+    served: EngineProfile, per_replica: float, spec: PlannerSpec, choices: float
+) -> tuple[EngineProfile, float]:
+    """``served`` with the decode-step overhead at which the planner counts ``per_replica`` choices per
+    second for one replica (the capacity measured here, where instances share the cores), and that
+    overhead in seconds. A profile that already counts no more is returned as it is, with 0."""
+    target_s = planner_config(spec, served).per_token_target_s
+
+    def planned(extra_s: float) -> float:
+        profile = served.with_overhead(step_s=extra_s)
+        return choices_per_second(profile, target_s, spec.prompt_tokens, spec.output_tokens, choices)
+
+    if planned(0.0) <= per_replica:
+        return served, 0.0
+    low, high = 0.0, target_s
+    while planned(high) > per_replica:  # at a step as long as the target, a replica carries little
+        low, high = high, 2 * high
+    for _ in range(40):  # the capacity falls as the step grows: bisect to well under a microsecond
+        middle = (low + high) / 2
+        low, high = (middle, high) if planned(middle) > per_replica else (low, middle)
+    extra = served.with_overhead(step_s=high)
+    return replace(extra, extra={**served.extra, "calibrated_step_s": round(high, 6)}), high

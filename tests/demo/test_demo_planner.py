@@ -227,7 +227,7 @@ def test_the_demo_reports_and_plots_the_forecast_of_the_live_planner(tmp_path):
                     pod.serve_requests(4 * (i + 1), prompt=58, output=40, ttft_s=0.05, pertoken_s=0.005)
                     clock.advance(args.interval)
                     app.controller.run_once()
-                    view = app.controller.view("gpt2")
+                    view = app.controller.targets.view("gpt2")
                     rounds.append(round_of(view, 2.0 * i, 2.0 * i + 0.1, config.scaler.planner.headroom))
                     lines.append(line_of(view, rounds[-1], signal_of(view), in_flight=0))
             finally:

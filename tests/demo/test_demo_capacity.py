@@ -1,0 +1,146 @@
+"""The demo sizes its load from the capacity it measures: the crossing of a sweep, the load's phases
+from one instance's and two instances' capacities, the planner's profile fitted to the measurement."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from autoscaler.capacity import choices_per_second
+from autoscaler.config import PlannerSpec
+from autoscaler.planner import planner_config
+from autoscaler.profile import load_profile
+from nlg_demo.capacity import (
+    BASE_OF_ONE,
+    PEAK_OF_TWO,
+    PEAK_OVER_ONE,
+    Step,
+    capacity_of,
+    first_rate,
+    plan_load,
+    statistic_of,
+    sweep,
+)
+from nlg_demo.load import LoadRecord, mix_of
+from nlg_demo.served_profile import SHIPPED, Overhead, calibrated, served_profile
+
+
+def record(per_token_ms: float, kind: str = "simple", tokens: int = 10, choices: int = 1, start=0.0) -> LoadRecord:
+    return LoadRecord(kind, start, tokens, choices, end=start + per_token_ms * tokens / 1000, complete=True)
+
+
+# -- the statistic and the crossing ----------------------------------------------------------------
+
+
+def test_the_statistics_are_the_mean_and_the_nearest_rank_p99_of_complete_requests():
+    records = [record(v) for v in range(1, 101)] + [LoadRecord("simple", 0.0, 10, 1, end=9.0, complete=False)]
+    assert statistic_of(records, "mean") == pytest.approx(50.5)
+    assert statistic_of(records, "p99") == pytest.approx(99.0)
+    assert statistic_of([record(7.0)], "p99") == pytest.approx(7.0)
+    assert statistic_of([], "mean") is None
+    with pytest.raises(ValueError, match="not mean or p99"):
+        statistic_of(records, "p50")
+
+
+@pytest.mark.parametrize(
+    ("steps", "want"),
+    [
+        ([Step(1.0, 10, 8), Step(2.0, 20, 16), Step(4.0, 40, 32)], 3.0),  # between 2/s (20 ms) and 4/s (40 ms)
+        ([Step(1.0, 10, 8), Step(2.0, 30, 16)], 2.0),  # crosses exactly at the second rate
+        ([Step(1.0, 10, 8), Step(2.0, 20, 16)], 2.0),  # never over: the highest rate tried
+        ([Step(1.0, 60, 8)], 0.5),  # over at the first: scaled down by how far over
+    ],
+    ids=["interpolated", "at-a-rate", "never-crossed", "over-at-first"],
+)
+def test_capacity_is_where_the_statistic_crosses_the_target(steps, want):
+    assert capacity_of(steps, 30.0) == pytest.approx(want)
+
+
+class RateLoad:
+    """A load whose requests' per-token latency is ``ms_per_rate`` x its rate (a fake PoissonLoad)."""
+
+    def __init__(self, rate: float, ms_per_rate: float) -> None:
+        self.rate, self.ms_per_rate, self.records = rate, ms_per_rate, []
+
+    def start(self):
+        self.records = [record(self.rate * self.ms_per_rate, start=time.monotonic()) for _ in range(5)]
+        return self
+
+    def join(self) -> None:
+        pass
+
+
+def test_a_sweep_rises_until_the_crossing_and_stops_there():
+    made = []
+
+    def make(rate, index):
+        made.append(rate)
+        return RateLoad(rate, ms_per_rate=10.0)
+
+    lines = []
+    steps = sweep(make, start=1.0, target_ms=25.0, statistic="mean", say=lines.append, step_s=0.0)
+    rates = [1.35**i for i in range(5)]  # 10, 13.5, 18.2, 24.6 ms, then 33.2 ms: over, the last
+    assert [s.rate for s in steps] == pytest.approx(rates) and made == pytest.approx(rates)
+    assert steps[-2].value <= 25.0 < steps[-1].value
+    assert capacity_of(steps, 25.0) == pytest.approx(2.5, rel=1e-6)  # linear: 25 ms at 2.5/s
+    assert len(lines) == len(steps) and "per-token mean" in lines[0]
+
+
+def test_the_sweep_starts_at_half_what_the_lone_requests_say_an_instance_finishes():
+    lone = [record(10.0, "simple", tokens=30)] * 3 + [record(20.0, "complex", tokens=60, choices=4)] * 3
+    # half simple (0.3 s), half complex (1.2 s): 0.75 s a request; 4 sequences hold 4 / 2.5 requests
+    assert first_rate(lone, max_num_seqs=4, complex_fraction=0.5) == pytest.approx(0.5 * (4 / 2.5) / 0.75)
+    with pytest.raises(ValueError, match="no complete lone complex"):
+        first_rate(lone[:3], max_num_seqs=4, complex_fraction=0.5)
+
+
+# -- the load's phases -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("one", "two"),
+    [(3.0, 5.4), (3.0, 3.3), (0.8, 1.5), (12.0, 24.0)],
+    ids=["quiet-machine", "busy-machine", "slow-machine", "fast-machine"],
+)
+def test_the_peak_needs_two_instances_and_the_base_one_on_any_machine(one, two):
+    plan = plan_load(one, two)
+    assert plan.peak >= PEAK_OVER_ONE * one > one  # one instance cannot carry the peak
+    assert plan.base == pytest.approx(BASE_OF_ONE * one) and plan.base < one  # one carries the base
+    if PEAK_OVER_ONE * one <= PEAK_OF_TWO * two:  # where two carry more, the peak is within them
+        assert plan.peak == pytest.approx(PEAK_OF_TWO * two) and plan.peak < two
+    assert (plan.one, plan.two) == (one, two)
+
+
+def test_a_plan_needs_measured_capacities():
+    with pytest.raises(ValueError, match="must be positive"):
+        plan_load(0.0, 2.0)
+
+
+# -- the planner's profile -------------------------------------------------------------------------
+
+
+def planned(profile, spec, choices):
+    target = planner_config(spec, profile).per_token_target_s
+    return choices_per_second(profile, target, spec.prompt_tokens, spec.output_tokens, choices)
+
+
+@pytest.mark.parametrize("measured", [5.0, 2.0, 0.5])
+def test_the_planner_counts_one_replica_for_the_capacity_measured(measured):
+    mix = mix_of(0.5)
+    spec = PlannerSpec(profile="p.json", per_token_slo=30.0, prompt_tokens=mix.prompt_tokens,
+                       output_tokens=mix.output_tokens)  # fmt: skip
+    served = served_profile(load_profile(SHIPPED), Overhead(0.02, 0.004, 0.001), 10.0, SHIPPED)
+    assert planned(served, spec, mix.choices) > measured  # the lone requests promise more
+    fitted, extra = calibrated(served, measured, spec, mix.choices)
+    assert extra > 0 and fitted.extra["calibrated_step_s"] == pytest.approx(extra, abs=1e-6)
+    assert planned(fitted, spec, mix.choices) == pytest.approx(measured, rel=1e-3)
+    assert fitted.decode_step_s(1, 100) == pytest.approx(served.decode_step_s(1, 100) + extra)
+
+
+def test_a_profile_that_promises_no_more_than_measured_is_kept():
+    mix = mix_of(0.5)
+    spec = PlannerSpec(profile="p.json", per_token_slo=30.0, prompt_tokens=mix.prompt_tokens,
+                       output_tokens=mix.output_tokens)  # fmt: skip
+    served = served_profile(load_profile(SHIPPED), Overhead(0.02, 0.004, 0.001), 10.0, SHIPPED)
+    assert calibrated(served, 1000.0, spec, mix.choices) == (served, 0.0)

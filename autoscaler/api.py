@@ -46,7 +46,7 @@ from autoscaler._schema import show
 from autoscaler.config import ConfigError, Registration, parse_registration
 from autoscaler.loop import Controller
 from autoscaler.safe_parse import loads_json
-from autoscaler.target_store import StoreUnavailable
+from autoscaler.target_store import StoreUnavailable, Unstorable
 from autoscaler.targets import TargetConflict
 
 #: A Listing 6.1 body is a few hundred bytes; this leaves room for every signal and long names.
@@ -206,6 +206,8 @@ def create_app(
             raise HTTPException(409, str(e)) from e
         except StoreUnavailable as e:
             raise unavailable(e) from e
+        except Unstorable as e:
+            raise HTTPException(422, {"errors": [str(e)]}) from e
 
     @app.post(
         "/deployment/",

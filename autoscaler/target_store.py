@@ -44,6 +44,10 @@ class StoreUnavailable(RuntimeError):
     """The stored targets cannot be read or written now; the message says where and why."""
 
 
+class Unstorable(ValueError):
+    """This store cannot hold the target as named; the message names the key and what is allowed."""
+
+
 class TargetStore(Protocol):
     #: What the store is, for messages ("configmap default/nlg-autoscaler-targets").
     where: str
@@ -142,6 +146,10 @@ class ConfigMapStore:
             wanted = change(current)
             if wanted == current:
                 return current
+            for key in wanted.keys() - current.keys():
+                if key in (".", ".."):  # every other model_id is a valid ConfigMap key
+                    raise Unstorable(f"model_id = {key!r}: cannot be a key of {self.where}; "
+                                     "use letters, digits, '_', '-' and at least one of them")  # fmt: skip
             # Only the keys that change: one that does not parse stays as it is. null removes a key.
             data: dict[str, str | None] = dict.fromkeys(current.keys() - wanted.keys())
             data.update({k: encode(r) for k, r in wanted.items() if current.get(k) != r})

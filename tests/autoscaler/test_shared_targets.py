@@ -310,6 +310,17 @@ def test_a_hand_edited_key_that_does_not_parse_scales_nothing_and_is_kept(replic
     assert set(cluster.data(STORE)) == {"bert", "t5", "gpt-j"}  # what it could not read is left as it was
 
 
+def test_a_model_id_that_cannot_be_a_configmap_key_is_a_named_422(replicas, cluster):
+    a, _, _, _ = replicas
+    answer = a.api.post("/deployment/", json={**BERT, "model_id": ".."})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"]["errors"] == [
+        f"model_id = '..': cannot be a key of configmap default/{STORE}; use letters, digits, '_', '-' "
+        "and at least one of them"
+    ]
+    assert cluster.data(STORE) == {}
+
+
 def test_the_store_error_is_one_kind(cluster):
     cluster.stop()
     api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))

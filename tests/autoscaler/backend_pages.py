@@ -119,7 +119,7 @@ class Pod:
 
     def page(self, backend: str) -> str:
         labels = f'model="{self.model}",version="1"'
-        writers = {"nlg": self._nlg, "vllm": self._vllm, "tensorrt_llm": self._tensorrt_llm, "triton": list}
+        writers = {"nlg": self._nlg, "vllm": self._vllm, "tensorrt_llm": self._tensorrt_llm, "triton": _nothing}
         # Every page has Triton's own families; this project's Python-backend model has no
         # first-response histogram (the tritonserver the tests run does not write one for it).
         lines = writers[backend](labels) + self._core(labels, first_response=backend != "nlg")
@@ -271,3 +271,8 @@ class PageServer:
 
 def isclose(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+
+def _nothing(labels: str) -> list[str]:
+    """A model of a backend that exports nothing of its own: only Triton's families."""
+    return []

@@ -124,3 +124,10 @@ def test_yaml_integers_read_as_before_up_to_pythons_limit(text, want):
         assert isinstance(value, HugeInt) and value.digits == 5000 and value < 0
     else:
         assert value == want and not isinstance(value, HugeInt)
+
+
+def test_the_docs_quote_the_message_the_api_gives():
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "autoscaler.md").read_text().split())
+    with pytest.raises(ConfigError) as caught:
+        parse_registration(loads_json('{"model_id": "m", "scaler": {"min_deployment_count": %s}}' % DIGITS))  # noqa: UP031
+    assert f"`{caught.value.errors[0]}`" in docs

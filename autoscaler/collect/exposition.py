@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Final, Generic, TypeVar
 
 from autoscaler.aggregate import Histogram, PodSample
 from autoscaler.collect.backends.base import AVERAGED, Backend
@@ -114,38 +114,44 @@ _MAX_SERIES: Final = 4096
 _MAX_MODELS: Final = 64
 
 
-class _Known:
-    """What a reader learnt of one model's pages: each line head's slot (-1: not read), and what
-    each slot is. Heads of several versions of one series share its slot."""
+T = TypeVar("T")
 
-    __slots__ = ("heads", "series")
+
+class _Known(Generic[T]):
+    """What a reader learnt of one model's pages: each line head's slot (-1: not read), each
+    series' slot, and what each slot is to the caller. Heads of several versions of one series
+    share its slot."""
+
+    __slots__ = ("heads", "index", "series")
 
     def __init__(self) -> None:
         self.heads: dict[str, int] = {}
-        self.series: list[tuple[str, str, float]] = []
+        self.index: dict[tuple[str, str, float], int] = {}
+        self.series: list[T] = []
 
 
-class _SeriesReader:
+class _SeriesReader(Generic[T]):
     """Reads the samples in ``names`` (sample name -> the label that tells its series apart, ``le``
     for buckets, ``""`` for none) and remembers what each series of a model is (keyed by the line's
-    text up to its last ``}``)."""
+    text up to its last ``}``), and what ``resolve`` makes of it, once per series."""
 
-    def __init__(self, names: dict[str, str]) -> None:
+    def __init__(self, names: dict[str, str], resolve: Callable[[tuple[str, str, float]], T]) -> None:
         self._names = names
+        self._resolve = resolve
         # One prefix test is cheaper than one per name; the names that merely share it are told
         # apart by the series cache below.
         self._prefix = os.path.commonprefix(list(names))
-        self._known: dict[str, _Known] = {}
+        self._known: dict[str, _Known[T]] = {}
 
-    def totals(self, text: str, model_id: str) -> list[tuple[tuple[str, str, float], float, float]]:
-        """Each series of ``model_id`` the page has, as ``(sample, label value, bucket bound or 0)``,
+    def totals(self, text: str, model_id: str) -> list[tuple[T, float, float]]:
+        """Each series of ``model_id`` the page has, resolved from ``(sample, label value, bucket bound or 0)``,
         with the sum and the number of its samples (series differing only in other labels, such as
         ``version``, are one), summed in the page's order."""
         known = self._known.get(model_id)
         if known is None or len(known.heads) > _MAX_SERIES:
             if len(self._known) >= _MAX_MODELS:
                 self._known.clear()
-            known = self._known[model_id] = _Known()
+            known = self._known[model_id] = _Known[T]()
         heads = known.heads
         sums = [0.0] * len(known.series)
         counts = [0] * len(known.series)
@@ -174,13 +180,15 @@ class _SeriesReader:
             counts[slot] += 1
         return [(known.series[i], sums[i], n) for i, n in enumerate(counts) if n]
 
-    def _slot(self, known: _Known, head: str, model_id: str) -> int:
+    def _slot(self, known: _Known[T], head: str, model_id: str) -> int:
         series = self._series(head, model_id)
         if series is None:
             return -1
-        if series not in known.series:
-            known.series.append(series)
-        return known.series.index(series)
+        slot = known.index.get(series)
+        if slot is None:
+            slot = known.index[series] = len(known.series)
+            known.series.append(self._resolve(series))
+        return slot
 
     def _series(self, head: str, model_id: str) -> _Series:
         name, brace, labels_text = head.partition("{")
@@ -205,13 +213,22 @@ class _SeriesReader:
             raise ExpositionError(f"bucket bound le={le!r} is not a number in {head[:200]!r}") from None
 
 
+#: Where one series goes: ``(kind, short name, bucket bound in seconds, scale)`` for each reader of it.
+_Targets = tuple[tuple[str, str, float, float], ...]
+
+
 class _Reading:
-    """One backend's reader and where its series go."""
+    """One backend's reader, each series resolved once to where it goes."""
 
     def __init__(self, backend: Backend) -> None:
-        self.reader = _SeriesReader(_selectors(backend))
-        self.entries = _entries(backend)
-        self.counts_only = {short for short in backend.means}
+        entries = _entries(backend)
+
+        def targets(series: tuple[str, str, float]) -> _Targets:
+            sample, value, bound = series
+            return tuple((kind, name, bound * scale, scale) for kind, name, scale in entries.get((sample, value), ()))
+
+        self.reader = _SeriesReader(_selectors(backend), targets)
+        self.counts_only = set(backend.means)
 
 
 _READINGS: Final[dict[str, _Reading]] = {}
@@ -231,10 +248,10 @@ def parse_exposition(text: str, model_id: str, backend: Backend = NLG) -> PodSam
     counts: dict[str, float] = {}
     gauges: dict[str, float] = {}
     counters: dict[str, float] = {}
-    for (sample, value, bound), total, n in reading.reader.totals(text, model_id):
-        for kind, name, scale in reading.entries.get((sample, value), ()):
+    for targets, total, n in reading.reader.totals(text, model_id):
+        for kind, name, bound, scale in targets:
             if kind == "bucket":
-                buckets.setdefault(name, {})[bound * scale if scale != 1.0 else bound] = total
+                buckets.setdefault(name, {})[bound] = total
             elif kind == "sum":
                 sums[name] = total * scale
             elif kind == "count":
@@ -256,5 +273,5 @@ def parse_exposition(text: str, model_id: str, backend: Backend = NLG) -> PodSam
 def gauge_totals(text: str, model_id: str, family_names: Iterable[str]) -> dict[str, float]:
     """Each named gauge's samples for ``model_id`` summed (all versions and instances), in one pass;
     a family with no sample for the model is left out."""
-    reader = _SeriesReader(dict.fromkeys(family_names, ""))
-    return {name: total for (name, _, _), total, _ in reader.totals(text, model_id)}
+    reader = _SeriesReader(dict.fromkeys(family_names, ""), lambda series: series[0])
+    return {name: total for name, total, _ in reader.totals(text, model_id)}

@@ -5,7 +5,13 @@ This module owns the queries and the reading of their answers. Histograms come f
 reduced to mean and quantiles by :func:`autoscaler.aggregate.latency_stats` (the same arithmetic as
 the direct source); counters from ``sum(increase(<series>{model="..."}[<window>]))``.
 Gauges are summed over pods (``kv_usage`` averaged); ``pods`` counts the pods
-reporting ``nlg_requests_running``. Queries are evaluated at ``now`` (``time=`` parameter).
+reporting the backend's ``presence`` sample (``nlg_requests_running`` for this project's model).
+Queries are evaluated at ``now`` (``time=`` parameter).
+
+The names are a backend's (:mod:`autoscaler.collect.backends`, ``metrics.backend``): with ``auto``
+the first backend whose marker series for the model Prometheus has (one ``group by (__name__)``
+query, remembered once found); a mean-only latency (Triton's summed durations) is the increase of its
+sum over the increase of its count; derived latencies are computed from the window last.
 
 Recorded series first: the chart's recording rules (``templates/prometheus-rules.yaml``, with
 ``monitoring.enabled``) keep each of those increases summed per namespace and model, under the name

@@ -247,3 +247,9 @@ def test_explicit_kv_cache_bytes_wins_over_the_memory_reading():
     assert built.budget.how == f"kv_cache_bytes {10 * 2**20}"
     with pytest.raises(CacheDoesNotFit, match="memory_utilization 0.9 of the 0.0 MiB host memory"):
         build_engine(tiny_settings(), CPU, memory=none_left)
+
+
+def test_the_readme_gives_gpt2_xls_room_on_a_t4_by_this_arithmetic():
+    budget, sequence, _ = default_budget("gpt2-xl", "cuda")
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    assert f"(`gpt2-xl` in float16: room for about {budget // sequence} full-context sequences)" in readme

@@ -65,7 +65,7 @@ class Limits:
 # Integers beyond these many bits are described, not printed (Python refuses to print some of them).
 _SHOWN_BITS = 128
 
-#: The largest integer a key takes where nothing tighter applies: the engine hands seeds to torch as int64.
+#: The largest integer a key takes where nothing tighter applies: what an int64 holds.
 INT64_MAX: Final = 2**63 - 1
 
 

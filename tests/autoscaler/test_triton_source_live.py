@@ -112,7 +112,7 @@ def test_the_triton_source_scales_the_model_on_queue_time(triton):
         records: list = []
         # Rounds go on during the burst: a pod unseen for a whole window starts afresh from its next
         # sample, so a round only after the burst would see no increase at all.
-        sender = threading.Thread(target=lambda: records.extend(burst(load, 48)))
+        sender = threading.Thread(target=lambda: records.extend(burst(load, 96)))
         sender.start()
         deadline = time.time() + 60
         while time.time() < deadline and actuator.observe("gpt2").replicas < 2:

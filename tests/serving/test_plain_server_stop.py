@@ -85,7 +85,8 @@ def test_sigterm_ends_every_stream_and_exits_0_at_the_default_exit_timeout(tmp_p
             samples = scrape(server.metrics_url)
             return metric(samples, "nlg_requests_running") + metric(samples, "nlg_requests_waiting")
 
-        assert wait_for(lambda: in_model() == STREAMS, timeout=60), "the model never saw every stream"
+        seen = wait_for(lambda: in_model() == STREAMS, timeout=60)
+        assert seen, f"the model holds {in_model()} of {STREAMS} streams; the clients got {results}"
         assert wait_for(lambda: all(not isinstance(r, str) for r in results.values()), timeout=5)
         stopped_at = time.monotonic()
         server.process.send_signal(signal.SIGTERM)

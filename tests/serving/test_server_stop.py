@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from triton_backend.server_stop import (
+    DEFAULT_EXIT_TIMEOUT_SECONDS,
     DEFAULT_SHM_REGION_PREFIX,
     NOTICE_SECONDS,
     ServerArgs,
@@ -93,3 +94,16 @@ def test_a_stop_cuts_the_streams_inside_the_exit_timeout(drain, exit_timeout, se
     if exit_timeout:
         # After the cut: the notice's delay and the margin for final responses, threads and the stub.
         assert budget.seconds + NOTICE_SECONDS + budget.margin_seconds <= max(exit_timeout, NOTICE_SECONDS + 0.5)
+
+
+def test_the_readme_gives_a_plain_servers_stop_budget_and_the_sweeps_rule():
+    from triton_backend.launch import PROJECT_ROOT
+    from triton_backend.shm_sweep import MIN_AGE_SECONDS, SWEEP_VARIABLE
+
+    readme = " ".join((PROJECT_ROOT / "README.md").read_text(encoding="utf-8").split())
+    default = StopBudget(DrainBudget().drain_seconds, DEFAULT_EXIT_TIMEOUT_SECONDS)
+    assert f"{default.seconds:g} s at the default {DEFAULT_EXIT_TIMEOUT_SECONDS}" in readme
+    assert f"the exit timeout less {NOTICE_SECONDS:g} s to notice the stop" in readme
+    assert f"a margin of {EXIT_MARGIN_SECONDS} s (half of a timeout under {2 * EXIT_MARGIN_SECONDS} s)" in readme
+    assert f"over {MIN_AGE_SECONDS:g} s old" in readme
+    assert f"`{SWEEP_VARIABLE}=off`" in readme

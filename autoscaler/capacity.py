@@ -32,3 +32,17 @@ def choices_per_second(
     """Choices per second one replica finishes while its per-token latency stays near ``target_s``."""
     b = slo_batch(profile, target_s, prompt, tokens, choices)
     return b / (max(tokens, 1.0) * step_estimate(profile, b, prompt, tokens, choices))
+
+
+def fastest_token_s(profile: EngineProfile) -> float:
+    """The fastest token one idle replica makes: a decode step of one sequence at the shortest context
+    the profile measured. No per-token latency, and no window mean of one, falls below it."""
+    return profile.decode_step_s(1, profile.decode_context[0])
+
+
+def idle_per_token_s(profile: EngineProfile, prompt: float, tokens: float) -> float:
+    """Per-token latency of a request of ``prompt`` and ``tokens`` alone on an idle replica: its
+    prefill, then one-sequence decode steps, over its tokens."""
+    n = max(tokens, 1.0)
+    prefill = profile.prefill_time_s(max(1, round(prompt)))
+    return (prefill + (n - 1) * profile.decode_step_s(1, prompt + n / 2)) / n

@@ -28,6 +28,7 @@ from autoscaler.app import App, StartupError
 from autoscaler.backend_check import backend_report
 from autoscaler.config import AutoscalerConfig, ConfigError, read_api_token
 from autoscaler.kube import KubeConfigError
+from autoscaler.policy import check_notes
 from autoscaler.reload import ConfigWatcher
 
 log = logging.getLogger("autoscaler")
@@ -64,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if args.check:
         report = backend_report(config)
-        print("\n".join(report.lines))
+        print("\n".join([*report.lines, *check_notes(config.scaler)]))
         if report.refused:
             print(f"{args.config}: " + "; ".join(report.refused), file=sys.stderr)
             return 2

@@ -14,7 +14,11 @@ The algorithm is Kubernetes HPA's, built from small named steps, each tested alo
 
 1. :func:`signal_value`: each signal's current value (primary: the window mean of per-token or
    request latency, in ms); ``None`` means no data.
-2. :func:`proposal`: ``ceil(current * value / target)``, or ``current`` inside the tolerance.
+2. :func:`ready_proposal`: ``ceil(ready * value / target)``, or ``current`` inside the tolerance,
+   with HPA's rules for pods without a sample (not ready yet, or missing one): on a scale-up they
+   count as using none of the metric, so pods still starting damp the next step instead of being
+   multiplied again; on a scale-down they count as at the target (:func:`proposal` is the rule with
+   every pod reporting).
 3. :func:`combine`: the maximum over signals with data; with some signals lacking data a scale-down
    is refused (HPA does the same); with none, hold, and the hold counts as a proposal of the current
    replicas, so a scale-down after a metrics outage waits a full stabilization window of data.
@@ -143,6 +147,39 @@ def proposal(current: int, value: float, target: float, tolerance: float) -> int
     return math.ceil(max(current, 1) * ratio)
 
 
+def serving_replicas(window: WindowStats) -> int:
+    """Replicas reporting: the model instances the pods say they serve, else the pods. With the Triton
+    actuator one pod holds every instance, so counting pods would see one replica whatever the count."""
+    instances = window.gauges.get("instances", 0.0)
+    return round(instances) if instances >= 1 else window.pods
+
+
+def ready_proposal(current: int, ready: int, value: float, target: float, tolerance: float) -> int:
+    """HPA's replica count when only ``ready`` of ``current`` pods report the metric.
+
+    Kubernetes ``pkg/controller/podautoscaler/replica_calculator.go`` (``calcPlainMetricReplicas``,
+    used for Pods and Object metrics as for resources): the ratio is taken over the pods with
+    metrics; on a scale-up, pods not ready count as using 0 ("on a scale-up, treat unready pods as
+    using 0% of the resource request"), and on a scale-down a pod without metrics counts as using the
+    target; the ratio is then taken again over all pods, and the count is held where it comes back
+    within the tolerance or flips direction. Both kinds of pod look the same here (no fresh sample),
+    so a scale-up treats them as not ready and a scale-down as missing: each the rule that acts less.
+    With every pod reporting this is :func:`proposal`.
+    """
+    ready = min(max(ready, 0), current)
+    absent = current - ready
+    ratio = value / target
+    if absent == 0 or ready == 0:
+        return proposal(current, value, target, tolerance)
+    if ratio > 1.0:
+        adjusted = ratio * ready / current  # the absent pods at 0
+    else:
+        adjusted = (ratio * ready + absent) / current  # the absent pods at the target
+    if abs(adjusted - 1.0) <= tolerance or (ratio > 1.0) != (adjusted > 1.0):
+        return current
+    return math.ceil(adjusted * current)
+
+
 def combine(proposals: Mapping[str, int | None], current: int) -> tuple[int | None, str]:
     """Maximum over signals with data; refuses a scale-down while any signal lacks data."""
     known = {m: p for m, p in proposals.items() if p is not None}
@@ -228,13 +265,14 @@ def decide(
     proposals: dict[str, int | None] = {}
     notes: list[str] = []
     calm = True  # every signal with data within the tolerance of its target
+    serving = serving_replicas(window)
     for signal in signals:
         value = signal_value(window, signal.metric, current)
         if value is None:
             proposals[signal.metric] = None
             continue
         values[signal.metric] = value
-        proposals[signal.metric] = proposal(current, value, signal.target, spec.tolerance)
+        proposals[signal.metric] = ready_proposal(current, serving, value, signal.target, spec.tolerance)
         calm = calm and abs(value / signal.target - 1.0) <= spec.tolerance
         notes.append(f"{signal.metric} {_fmt(value)} vs target {_fmt(signal.target)}")
     combined, why = combine(proposals, current)
@@ -254,6 +292,9 @@ def decide(
     limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
     desired = bounds(limited, spec)
     steps = [why]
+    if 0 < serving < current:
+        steps.append(f"{current - serving} of {current} pods without a sample (starting) count as "
+                     "using none on a scale-up, as at the target on a scale-down (HPA)")  # fmt: skip
     if state.changed_to is not None:
         steps.append(f"{state.changed_to}, set by someone else, counts as a proposal")
     if stabilized != combined:

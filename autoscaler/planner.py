@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 from autoscaler.aggregate import WindowStats
 from autoscaler.capacity import choices_per_second
 from autoscaler.config import PlannerSpec, ScalerSpec
-from autoscaler.decide import Decision, bounds, rate_limit, record_event, stabilize
+from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
 from autoscaler.slo import SLO
 
@@ -149,13 +149,6 @@ def load_evidence(
     if serving > 0 and demand / serving > per_replica:
         evidence.append(f"demand {demand / serving:.3g}/s per replica over capacity {per_replica:.3g}/s")
     return evidence
-
-
-def serving_replicas(window: WindowStats) -> int:
-    """Replicas reporting: the model instances the pods say they serve, else the pods. With the Triton
-    actuator one pod holds every instance, so counting pods would see one replica whatever the count."""
-    instances = window.gauges.get("instances", 0.0)
-    return round(instances) if instances >= 1 else window.pods
 
 
 def tail_guard(

@@ -13,14 +13,15 @@ The simulator drives the same objects.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from autoscaler.aggregate import WindowStats
+from autoscaler.capacity import fastest_token_s, idle_per_token_s
 from autoscaler.config import ScalerSpec
 from autoscaler.decide import POLICIES, Decision, PolicyState, decide
 from autoscaler.planner import PlannerConfig, PlannerState, planner_config, planner_decide_fn
-from autoscaler.profile import load_profile
+from autoscaler.profile import EngineProfile, load_profile
 
 DecideFn = Callable[[WindowStats, ScalerSpec, Any, float], tuple[Decision, Any]]
 
@@ -39,11 +40,65 @@ class Policy:
     targets: Mapping[str, float] = field(default_factory=dict)
 
 
-def hpa_policy(spec: ScalerSpec, name: str | None = None) -> Policy:
-    """``request`` or ``pertoken``: :func:`autoscaler.decide.decide`, as configured by ``spec``."""
+def hpa_policy(spec: ScalerSpec, name: str | None = None, profile: EngineProfile | None = None) -> Policy:
+    """``request`` or ``pertoken``: :func:`autoscaler.decide.decide`, as configured by ``spec``.
+
+    With an engine ``profile``, a ``pertoken`` decision says when its threshold is below what one
+    idle replica gives (:func:`floor_note`): more replicas cannot bring the latency under it.
+    """
     label = name or f"{spec.type} {spec.threshold:g} ms"
     signals = (POLICIES[spec.type](spec), *spec.signals)
-    return Policy(label, spec, decide, PolicyState.initial, {s.metric: s.target for s in signals})
+    targets = {s.metric: s.target for s in signals}
+    if profile is None or spec.type != "pertoken":
+        return Policy(label, spec, decide, PolicyState.initial, targets)
+    engine = profile
+
+    def decide_with_floor(
+        window: WindowStats, spec: ScalerSpec, state: PolicyState, now: float
+    ) -> tuple[Decision, PolicyState]:
+        decision, new_state = decide(window, spec, state, now)
+        note = floor_note(spec.threshold, engine, window)
+        return (replace(decision, reason=f"{decision.reason}; {note}") if note else decision), new_state
+
+    return Policy(label, spec, decide_with_floor, PolicyState.initial, targets)
+
+
+def floor_note(threshold_ms: float, profile: EngineProfile, window: WindowStats | None = None) -> str | None:
+    """A warning when a per-token threshold is below what one idle replica gives, else None: below the
+    profile's fastest token (any mix), or below the idle per-token latency of the window's mean
+    request (prompt and output tokens per finished request, from the pods' counters)."""
+    fastest = fastest_token_s(profile) * 1000
+    if threshold_ms < fastest:
+        return (
+            f"warning: threshold {threshold_ms:g} ms is below {fastest:.3g} ms, the fastest token one idle "
+            f"replica makes ({profile.hardware}): no replica count brings the per-token latency under it"
+        )
+    finished = window.counters.get("finished", 0.0) if window else 0.0
+    if window is None or finished <= 0:
+        return None
+    prompt = window.counters.get("prompt_tokens", 0.0) / finished
+    tokens = window.counters.get("generation_tokens", 0.0) / finished
+    floor = idle_per_token_s(profile, prompt, tokens) * 1000
+    if threshold_ms >= floor:
+        return None
+    return (
+        f"warning: threshold {threshold_ms:g} ms is below {floor:.3g} ms, the per-token latency of this window's "
+        f"mean request ({prompt:.0f} prompt, {tokens:.0f} output tokens) alone on an idle replica: more "
+        "replicas cannot reach it"
+    )
+
+
+def check_notes(spec: ScalerSpec) -> list[str]:
+    """``nlg-autoscaler --check``'s notes on the policy: a ``pertoken`` threshold below the fastest token
+    of the engine profile that ``scaler.planner.profile`` names (nothing to say without one)."""
+    if spec.type != "pertoken" or not spec.planner.profile.strip():
+        return []
+    try:
+        profile = load_profile(spec.planner.profile)
+    except ValueError as e:
+        return [f"scaler.planner.profile: {e}; the threshold is not checked against the engine"]
+    note = floor_note(spec.threshold, profile)
+    return [f"scaler.threshold: {note}"] if note else []
 
 
 def planner_policy(spec: ScalerSpec, cfg: PlannerConfig, name: str = "planner") -> Policy:
@@ -61,4 +116,10 @@ def build_policy(spec: ScalerSpec) -> Policy:
     if spec.type == "planner":
         profile = load_profile(spec.planner.profile)
         return planner_policy(spec, planner_config(spec.planner, profile))
-    return hpa_policy(spec)
+    engine = None
+    if spec.type == "pertoken" and spec.planner.profile.strip():
+        try:
+            engine = load_profile(spec.planner.profile)
+        except ValueError:
+            engine = None  # only the threshold's warning needs it; --check names the problem
+    return hpa_policy(spec, profile=engine)

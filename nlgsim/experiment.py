@@ -187,7 +187,7 @@ def build_policy(
         if not arg:
             raise ValueError(f"--policy {text!r}: give a threshold in ms, e.g. {kind}:25")
         spec = parse_scaler({**to_dict(spec), "type": kind, "threshold": _number(arg, f"--policy {text!r}")})
-        return hpa_policy(spec, text), max(spec.min_deployment_count, 1)
+        return hpa_policy(spec, text, planner.profile if planner else None), max(spec.min_deployment_count, 1)
     if kind == "planner":
         if planner is None:
             raise ValueError("--policy planner needs the planner's settings")

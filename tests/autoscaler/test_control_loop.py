@@ -73,13 +73,14 @@ def test_scales_the_deployment_out_on_per_token_latency_and_back_in(pod, cluster
     assert value(registry, "nlg_autoscaler_signal_value", model="gpt2", signal="pertoken_mean") > 25
     assert value(registry, "nlg_autoscaler_decisions_total", model="gpt2", direction="up") >= 1
     run_until(ctl, clock, pod, 3, pertoken_s=0.050)
-    assert cluster.replicas("triton") == 4
+    # The second pod never reports (this cluster runs one): HPA counts it as using none of the
+    # latency, so the one serving pod's 2x proposes 2 again and the count holds instead of doubling.
+    assert cluster.replicas("triton") == 2
+    assert "1 of 2 pods without a sample" in ctl.targets.view("gpt2")["decisions"][0]["reason"]
     pod.running.set(0)  # the load stops: idle pods, no requests finishing
     run_until(ctl, clock, pod, 15)
-    assert cluster.replicas("triton") == 4  # inside the 20 s stabilization window
-    run_until(ctl, clock, pod, 20)
-    assert cluster.replicas("triton") < 4
-    run_until(ctl, clock, pod, 20)
+    assert cluster.replicas("triton") == 2  # inside the 20 s stabilization window
+    run_until(ctl, clock, pod, 40)
     assert cluster.replicas("triton") == 1
     view = ctl.targets.view("gpt2")
     assert view["replicas"] == {"current": 1, "desired": 1}

@@ -19,6 +19,7 @@ from autoscaler.decide import (
     decide,
     proposal,
     rate_limit,
+    ready_proposal,
     signal_value,
     stabilize,
 )
@@ -32,14 +33,17 @@ class Scaler:
         self.state = PolicyState.initial(replicas)
         self.log: list[Decision] = []
 
-    def at(self, now: float, win: WindowStats) -> Decision:
+    def at(self, now: float, win: WindowStats, starting: int = 0) -> Decision:
+        """A round on ``win`` as every pod reports it but ``starting`` pods (not ready: no sample)."""
+        if win.pods:
+            win = replace(win, pods=max(self.state.replicas - starting, 1))
         decision, self.state = decide(win, self.spec, self.state, now)
         self.log.append(decision)
         return decision
 
 
-def expect_scale(scaler: Scaler, now: float, win: WindowStats, want: int) -> Decision:
-    decision = scaler.at(now, win)
+def expect_scale(scaler: Scaler, now: float, win: WindowStats, want: int, starting: int = 0) -> Decision:
+    decision = scaler.at(now, win, starting)
     assert decision.desired == want, f"t={now}: {decision.reason}"
     return decision
 
@@ -345,3 +349,34 @@ def test_bounds_step(desired, want):
 def test_unknown_signal_names_are_a_programming_error():
     with pytest.raises(ValueError, match="unknown signal 'pertoken_p95'"):
         signal_value(window(pertoken_ms=30), "pertoken_p95", replicas=1)
+
+
+def test_pods_still_starting_damp_the_next_step_as_hpa_counts_them():
+    """The runaway before: each round multiplied the replicas, starting ones included, while the
+    latency stayed high because the new pods were not serving yet (1 -> 2 -> 4 -> 8). After, HPA's
+    rule: a pod without a sample counts as using none on a scale-up, so the step is taken from the
+    pods that serve (1 -> 2, held while the second starts, then 2 -> 4 once it reports)."""
+    scaler = Scaler(SPEC, replicas=1)
+    expect_scale(scaler, 0, window(pertoken_ms=50), want=2)
+    assert proposal(2, 50, 25, 0.1) == 4  # what the rule without readiness proposed here
+    held = expect_scale(scaler, 15, window(pertoken_ms=50), want=2, starting=1)
+    assert "1 of 2 pods without a sample (starting)" in held.reason
+    assert proposal(2, 50, 25, 0.1) == 4 and ready_proposal(2, 1, 50, 25, 0.1) == 2
+    expect_scale(scaler, 30, window(pertoken_ms=50), want=4)  # both serve: ceil(2 * 50 / 25)
+    expect_scale(scaler, 45, window(pertoken_ms=60), want=5, starting=2)  # ceil(2 * 60 / 25)
+
+
+@pytest.mark.parametrize(
+    ("current", "ready", "value", "want"),
+    [
+        (4, 4, 50, 8),  # every pod reports: ceil(4 * 2)
+        (4, 2, 50, 4),  # two starting count as 0: ratio 2 * 2/4 = 1.0, inside the tolerance: hold
+        (4, 1, 50, 4),  # ratio 2 * 1/4 = 0.5 flips the direction: hold
+        (4, 2, 100, 8),  # ceil(2 * 4)
+        (4, 3, 10, 3),  # scale-down, the missing one at the target: (0.4 * 3 + 1) / 4 = 0.55, ceil(2.2)
+        (4, 0, 50, 8),  # nothing reports a sample: the plain rule (decide gets no data here anyway)
+    ],
+    ids=["all-ready", "half-starting-hold", "flip-hold", "half-starting-up", "down-missing", "none"],
+)
+def test_ready_proposal_is_hpas_calc_plain_metric_replicas(current, ready, value, want):
+    assert ready_proposal(current, ready, value, 25, 0.1) == want

@@ -20,7 +20,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -35,7 +34,7 @@ from autoscaler.api import create_app
 from autoscaler.collect import WindowSource
 from autoscaler.collect.direct import DirectSource, EndpointSliceTargets, StaticTargets
 from autoscaler.collect.promql import PrometheusSource
-from autoscaler.config import AutoscalerConfig, Registration
+from autoscaler.config import AutoscalerConfig, ConfigError, Registration, read_api_token
 from autoscaler.kube import api_client, new_client
 from autoscaler.leader import LeaseElector
 from autoscaler.loop import Controller
@@ -208,7 +207,10 @@ class App:
 
         Raises :class:`StartupError` (nothing left running) when a port cannot be bound.
         """
-        token = _read_token(self.config.api.token_file) if self.config.api.port else None
+        try:
+            token = read_api_token(self.config.api)
+        except ConfigError as e:
+            raise SystemExit("; ".join(e.errors)) from e
         api_socket = None
         if self.config.api.port:
             api_socket = _bind(self.config.api.host, self.config.api.port, "api.port", "the management API")
@@ -290,15 +292,3 @@ def _bind_error(host: str, port: int, key: str, purpose: str, e: OSError) -> Sta
         f"{key} = {port} ({purpose}): cannot listen on {host}:{port}: {e.strerror or e}; "
         f"stop what uses it or choose another port"
     )
-
-
-def _read_token(path: str) -> str | None:
-    if not path:
-        return None
-    try:
-        token = Path(path).read_text(encoding="utf-8").strip()
-    except OSError as e:
-        raise SystemExit(f"api.token_file = {path!r}: cannot read it ({e.strerror or e})") from e
-    if not token:
-        raise SystemExit(f"api.token_file = {path!r}: the file is empty; put the bearer token in it")
-    return token

@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from autoscaler.safe_parse import HugeInt, loads_json
+
 SOURCES = ("measured", "derived", "synthetic")
 
 
@@ -237,7 +239,7 @@ def profile_from_dict(data: dict[str, Any]) -> EngineProfile:
 def load_profile(path: str | Path) -> EngineProfile:
     """Reads a profile file; anything wrong with it is a ``ValueError`` naming the file and the key."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = loads_json(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(
             f"engine profile {path} not found: measure one with `python -m nlgsim profile --out {path}` "
@@ -249,7 +251,23 @@ def load_profile(path: str | Path) -> EngineProfile:
         raise ValueError(f"engine profile {path} is not JSON: {e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"engine profile {path}: top level is {type(data).__name__}, must be an object")
+    huge = _huge_integer_at(data)
+    if huge is not None:
+        key, value = huge
+        raise ValueError(f"engine profile {path}: {key} = {value}: not a measurement; measure the profile again")
     try:
         return profile_from_dict(data)
     except (ValueError, TypeError) as e:
         raise ValueError(f"{path}: {e}") from None
+
+
+def _huge_integer_at(data: Any, key: str = "") -> tuple[str, HugeInt] | None:
+    """The first key (dotted, with list indexes) whose value is an integer too long to convert."""
+    if isinstance(data, HugeInt):
+        return key or "(top level)", data
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    for name, value in items:
+        found = _huge_integer_at(value, f"{key}[{name}]" if isinstance(name, int) else f"{key}.{name}".lstrip("."))
+        if found is not None:
+            return found
+    return None

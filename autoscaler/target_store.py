@@ -29,6 +29,7 @@ from kubernetes import client as k8s
 
 from autoscaler.config import ConfigError, Registration, parse_registration, to_dict
 from autoscaler.kube import KubeError, call
+from autoscaler.safe_parse import loads_json
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class ConfigMapStore:
         stored: dict[str, Registration] = {}
         for key, value in data.items():
             try:
-                registration = parse_registration(json.loads(value))
+                registration = parse_registration(loads_json(value))
             except (ValueError, ConfigError) as e:  # ConfigError is a ValueError; named for the reader
                 problem = "; ".join(e.errors) if isinstance(e, ConfigError) else f"not JSON ({e})"
                 self._warn_once(key, value, f"{self.where}: key {key!r} skipped: {problem}")

@@ -131,3 +131,17 @@ def test_the_docs_quote_the_message_the_api_gives():
     with pytest.raises(ConfigError) as caught:
         parse_registration(loads_json('{"model_id": "m", "scaler": {"min_deployment_count": %s}}' % DIGITS))  # noqa: UP031
     assert f"`{caught.value.errors[0]}`" in docs
+
+
+@pytest.mark.parametrize("key", ["page_size", "kv_pages"])
+def test_a_5000_digit_integer_in_an_engine_profile_is_named(tmp_path, key):
+    from autoscaler.profile import load_profile
+
+    shipped = Path(__file__).resolve().parents[2] / "nlg_demo" / "tiny-cpu-profile.json"
+    text = json.dumps({**json.loads(shipped.read_text()), key: 0}).replace(f'"{key}": 0', f'"{key}": {"7" * 5000}')
+    path = tmp_path / "profile.json"
+    path.write_text(text)
+    with pytest.raises(ValueError) as caught:
+        load_profile(path)
+    assert f"{key} = <an integer of 5000 digits>" in str(caught.value)
+    assert "set_int_max_str_digits" not in str(caught.value) and "4300" not in str(caught.value)

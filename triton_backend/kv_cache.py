@@ -25,9 +25,12 @@ class CacheShape:
     page_size: int = PAGE_SIZE
 
     @property
+    def element_bytes(self) -> int:
+        return torch.empty((), dtype=self.dtype).element_size()
+
+    @property
     def bytes_per_page(self) -> int:
-        element = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.n_layer * self.n_head * self.page_size * self.head_dim * element
+        return 2 * self.n_layer * self.n_head * self.page_size * self.head_dim * self.element_bytes
 
     @property
     def pages_per_sequence(self) -> int:

@@ -75,9 +75,10 @@ def working_bytes(shape: CacheShape, vocab_size: int, max_num_seqs: int, prefill
     An eager decode step gathers each layer's keys and values of every sequence over the longest
     span in the batch (one layer's while the next is gathered: two); the step's hidden states take a
     dozen widths per token (the MLP is four wide); the logits are float32, and the sampler copies them.
-    A GPU's CUDA graphs hold the same tensors in their pool.
+    Under CUDA graphs attention reads the pages in place; the gather's share then stands for the
+    graphs' pool and the CUDA context.
     """
-    element = shape.bytes_per_page // (2 * shape.n_layer * shape.n_head * shape.head_dim * shape.page_size)
+    element = shape.element_bytes
     width = shape.n_head * shape.head_dim
     sequence = shape.bytes_per_page * shape.pages_per_sequence
     gathered = 2 * max_num_seqs * sequence // shape.n_layer
@@ -131,7 +132,7 @@ def fixed_budget(kv_cache_bytes: int, sequence_bytes: int) -> CacheBudget:
     return CacheBudget(kv_cache_bytes, sequence_bytes, f"kv_cache_bytes {kv_cache_bytes}")
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
+def _parse_meminfo(text: str) -> dict[str, int]:
     """/proc/meminfo's fields in bytes."""
     fields = {}
     for line in text.splitlines():
@@ -145,7 +146,7 @@ def parse_meminfo(text: str) -> dict[str, int]:
 def read_host_memory(proc: Path = Path("/proc"), cgroup_root: Path = Path("/sys/fs/cgroup")) -> Memory:
     """The host's memory for this process: /proc/meminfo and its memory cgroup (v2 or v1) and the
     cgroups above it, each limit and usage as the kernel states them."""
-    meminfo = parse_meminfo((proc / "meminfo").read_text())
+    meminfo = _parse_meminfo((proc / "meminfo").read_text())
     return host_memory(meminfo["MemTotal"], meminfo["MemAvailable"], _cgroup_levels(proc, cgroup_root))
 
 
@@ -163,8 +164,9 @@ def _cgroup_levels(proc: Path, root: Path) -> list[CgroupLevel]:
         lines = (proc / "self" / "cgroup").read_text().splitlines()
     except OSError:
         return []
-    v1 = [line.split(":", 2)[2] for line in lines if "memory" in line.split(":", 2)[1].split(",")]
-    v2 = [line.split(":", 2)[2] for line in lines if line.startswith("0::")]
+    entries = [line.split(":", 2) for line in lines if line.count(":") >= 2]  # id:controllers:path
+    v1 = [path for _, controllers, path in entries if "memory" in controllers.split(",")]
+    v2 = [path for hierarchy, controllers, path in entries if hierarchy == "0" and not controllers]
     if v1:
         return _walk(root / "memory", v1[0], "memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
     if v2:
@@ -191,10 +193,10 @@ def _walk(mount: Path, path: str, limit_file: str, usage_file: str, inactive: st
             break
         try:
             limit_text = (directory / limit_file).read_text().strip()
+            limit = None if limit_text == "max" else int(limit_text)
             usage = int((directory / usage_file).read_text())
         except (OSError, ValueError):
             continue  # the root cgroup has neither file
         stat = _memory_stat(directory / "memory.stat")
-        limit = None if limit_text == "max" else int(limit_text)
         levels.append(CgroupLevel(limit, max(usage - stat.get(inactive, 0), 0)))
     return levels

@@ -163,7 +163,7 @@ def fake_machine(tmp_path: Path, cgroup: str, files: dict[str, str]) -> tuple[Pa
 def test_the_reader_walks_a_cgroup_v2_hierarchy(tmp_path):
     proc, root = fake_machine(
         tmp_path,
-        "0::/kubepods/pod1/triton\n",
+        "not a cgroup line\n0::/kubepods/pod1/triton\n",
         {
             "kubepods/pod1/memory.max": f"{8 * GiB}\n",
             "kubepods/pod1/memory.current": f"{3 * GiB}\n",

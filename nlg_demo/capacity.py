@@ -76,19 +76,20 @@ def statistic_of(records: Sequence[LoadRecord], statistic: str) -> float | None:
 
 
 def capacity_of(steps: Sequence[Step], target_ms: float) -> float:
-    """The rate at which the statistic crosses ``target_ms``: interpolated between the last rate
-    under it and the first over it. Under it at every rate: the highest rate tried (a lower bound).
-    Over it already at the first: that rate scaled down by how far over it is."""
+    """The rate at which the statistic crosses ``target_ms``, from steps in any order: interpolated
+    between the highest rate under it and the next rate, over it. Under it at every rate: the highest
+    rate tried (a lower bound). Over it at every rate: the lowest scaled down by how far over it is."""
     if not steps:
         raise ValueError("a sweep without a step has no capacity")
-    for before, after in zip((None, *steps), steps, strict=False):
+    ordered = sorted(steps, key=lambda s: s.rate)
+    for before, after in zip((None, *ordered), ordered, strict=False):
         if after.value <= target_ms:
             continue
         if before is None:
             return after.rate * target_ms / after.value
         share = (target_ms - before.value) / (after.value - before.value)
         return before.rate + share * (after.rate - before.rate)
-    return steps[-1].rate
+    return ordered[-1].rate
 
 
 def plan_load(one: float, two: float) -> LoadPlan:
@@ -124,9 +125,10 @@ def sweep(
     say: Callable[[str], None],
     step_s: float = STEP_S,
 ) -> list[Step]:
-    """Poisson arrivals at rising rates from ``start`` until the statistic (of the requests started in
-    each step's second half) crosses ``target_ms``; each rate's requests are waited for before the
-    next. ``make_load(rate, index)`` makes a load."""
+    """Poisson arrivals from ``start``, rising until the statistic (of the requests started in each
+    step's second half) crosses ``target_ms``, or falling until it is under it where ``start`` was
+    already over; each rate's requests are waited for before the next. ``make_load(rate, index)``
+    makes a load."""
     steps: list[Step] = []
     rate = start
     for index in range(MAX_STEPS):
@@ -141,7 +143,8 @@ def sweep(
             raise SystemExit(f"nlg-demo: no request finished at {rate:.2f}/s while measuring capacity")
         steps.append(Step(rate, value, sum(1 for r in counted if r.complete)))
         say(f"    {rate:5.2f}/s: per-token {statistic} {value:6.1f} ms over {steps[-1].count} requests")
-        if value > target_ms:
+        rising = steps[0].value <= target_ms
+        if (value > target_ms) == rising:  # crossed, one way or the other
             break
-        rate *= STEP_FACTOR
+        rate = rate * STEP_FACTOR if rising else rate / STEP_FACTOR
     return steps

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from autoscaler.actuate import ActuationError, Deferred
 from autoscaler.actuate.triton import TritonInstanceScaler
 from autoscaler.app import App
 from autoscaler.profile import EngineProfile, load_profile
@@ -178,10 +179,19 @@ def measure_load(
 
 
 def set_instances(scaler: TritonInstanceScaler, count: int) -> None:
-    """The model's instance count, waited for (the sweep's requests have all finished)."""
-    current = scaler.observe(MODEL).replicas
-    if current != count:
-        scaler.scale(MODEL, count, current)
+    """The model's instance count, waited for: a scale-in waits until the model's gauges show the
+    sweep's requests gone (they trail the client by a publishing interval), a reload until it is done."""
+    deadline = time.monotonic() + LOAD_WAIT_S
+    while True:
+        try:
+            current = scaler.observe(MODEL).replicas
+            if current == count:
+                return
+            scaler.scale(MODEL, count, current)
+        except (Deferred, ActuationError) as why:  # a reload under way may leave Triton unanswering
+            if time.monotonic() > deadline:
+                raise SystemExit(f"nlg-demo: could not set {count} instances to measure capacity: {why}") from None
+            time.sleep(0.5)
 
 
 def signal_of(view: dict[str, Any]) -> Signal:

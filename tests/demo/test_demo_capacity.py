@@ -49,9 +49,10 @@ def test_the_statistics_are_the_mean_and_the_nearest_rank_p99_of_complete_reques
         ([Step(1.0, 10, 8), Step(2.0, 20, 16), Step(4.0, 40, 32)], 3.0),  # between 2/s (20 ms) and 4/s (40 ms)
         ([Step(1.0, 10, 8), Step(2.0, 30, 16)], 2.0),  # crosses exactly at the second rate
         ([Step(1.0, 10, 8), Step(2.0, 20, 16)], 2.0),  # never over: the highest rate tried
-        ([Step(1.0, 60, 8)], 0.5),  # over at the first: scaled down by how far over
+        ([Step(1.0, 60, 8)], 0.5),  # over at every rate: scaled down by how far over
+        ([Step(4.0, 40, 32), Step(2.0, 20, 16)], 3.0),  # a sweep that fell to the crossing
     ],
-    ids=["interpolated", "at-a-rate", "never-crossed", "over-at-first"],
+    ids=["interpolated", "at-a-rate", "never-crossed", "always-over", "falling"],
 )
 def test_capacity_is_where_the_statistic_crosses_the_target(steps, want):
     assert capacity_of(steps, 30.0) == pytest.approx(want)
@@ -85,6 +86,14 @@ def test_a_sweep_rises_until_the_crossing_and_stops_there():
     assert steps[-2].value <= 25.0 < steps[-1].value
     assert capacity_of(steps, 25.0) == pytest.approx(2.5, rel=1e-6)  # linear: 25 ms at 2.5/s
     assert len(lines) == len(steps) and "per-token mean" in lines[0]
+
+
+def test_a_sweep_that_starts_over_the_target_falls_until_under_it():
+    lines = []
+    steps = sweep(lambda rate, index: RateLoad(rate, ms_per_rate=10.0), start=4.0, target_ms=25.0,
+                  statistic="mean", say=lines.append, step_s=0.0)  # fmt: skip
+    assert [s.rate for s in steps] == pytest.approx([4.0, 4.0 / 1.35, 4.0 / 1.35**2])  # 40, 29.6, then 21.9 ms
+    assert capacity_of(steps, 25.0) == pytest.approx(2.5, rel=1e-6)
 
 
 def test_the_sweep_starts_at_half_what_the_lone_requests_say_an_instance_finishes():

@@ -107,9 +107,10 @@ def main_thread_stopping(
         if "nanosleep" not in waiting_in:
             asleep_since[0] = None
             return "ready" if "futex" in waiting_in else "unknown"
-        if asleep_since[0] is None:
-            asleep_since[0] = now
-        return "not ready" if now - asleep_since[0] >= sustained else "unknown"
+        since = asleep_since[0]
+        if since is None:
+            since = asleep_since[0] = now
+        return "not ready" if now - since >= sustained else "unknown"
 
     return state
 

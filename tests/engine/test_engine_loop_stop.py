@@ -9,7 +9,7 @@ from collections import defaultdict
 import pytest
 from engine_testkit import make_engine, tiny_model
 
-from triton_backend.engine_loop import EngineLoop
+from triton_backend.engine_loop import SHUTDOWN_MESSAGE, EngineLoop
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
 
@@ -85,7 +85,18 @@ def test_a_stop_without_a_drain_cancels_each_stream_once(started):
     for rid in ("a", "b"):
         [final] = sink.finals(rid)
         assert final.finish_reasons == (FinishReason.CANCELLED,)
+        assert final.error == SHUTDOWN_MESSAGE  # the client learns why: the server is going away
         assert sum(o.new_tokens[0] for o in sink.outputs[rid]) < LONG.max_tokens
+
+
+def test_a_stream_its_client_cancels_ends_without_the_shutdown_message(started):
+    loop, sink, _ = started
+    loop.add("a", [1, 2, 3], LONG, arrival=0.0)
+    assert sink.started["a"].wait(60)
+    loop.abort("a")
+    assert sink.ended["a"].wait(60)
+    [final] = sink.finals("a")
+    assert final.finish_reasons == (FinishReason.CANCELLED,) and final.error is None
 
 
 def test_after_a_drain_ends_what_arrives_is_cancelled_at_once(started):

@@ -147,10 +147,14 @@ def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: floa
     return spans
 
 
-def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> int | None:
-    """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target`` (NaN: falls short);
-    None if none does."""
-    return next((n for n in range(floor, cap + 1) if score(n) >= target), None)
+def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> tuple[int, float] | None:
+    """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target`` (NaN: falls short), with
+    that score; None if none does."""
+    for n in range(floor, cap + 1):
+        got = score(n)
+        if got >= target:
+            return n, got
+    return None
 
 
 def oracle(
@@ -198,8 +202,8 @@ def oracle(
                 answer.append(floor)
                 attained.append(score(max_replicas, give_up=False))
             else:
-                answer.append(found)
-                attained.append(score(found))
+                answer.append(found[0])
+                attained.append(found[1])
         if progress is not None:
             progress((i + 1) / count)
     # The last interval is charged only up to the last arrival.

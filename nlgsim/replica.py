@@ -27,7 +27,8 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
@@ -50,13 +51,15 @@ class RequestState:
     choices_left: int = 0
 
 
-@dataclass(order=True)
-class _Choice:
+class _Choice(NamedTuple):
+    """A running choice; the heap orders by finish step, then admission (``order`` is unique, so a
+    comparison never reaches the state; a tuple compares in C, which the heap does millions of times)."""
+
     finish_step: int
     order: int
-    state: RequestState = field(compare=False)
-    tokens: int = field(compare=False)
-    context_at_finish: int = field(compare=False)
+    state: RequestState
+    tokens: int
+    context_at_finish: int
 
 
 OnDone = Callable[[RequestState, float], None]

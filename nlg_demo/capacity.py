@@ -118,7 +118,7 @@ def first_rate(lone: Sequence[LoadRecord], max_num_seqs: int, complex_fraction: 
 
 
 def sweep(
-    make_load: Callable[[float, int], PoissonLoad],
+    make_load: Callable[[float], PoissonLoad],
     start: float,
     target_ms: float,
     statistic: str,
@@ -127,12 +127,12 @@ def sweep(
 ) -> list[Step]:
     """Poisson arrivals from ``start``, rising until the statistic (of the requests started in each
     step's second half) crosses ``target_ms``, or falling until it is under it where ``start`` was
-    already over; each rate's requests are waited for before the next. ``make_load(rate, index)``
-    makes a load."""
+    already over; each rate's requests are waited for before the next. ``make_load(rate)`` makes a
+    load."""
     steps: list[Step] = []
     rate = start
-    for index in range(MAX_STEPS):
-        load = make_load(rate, index)
+    for _ in range(MAX_STEPS):
+        load = make_load(rate)
         started = time.monotonic()
         load.start()
         time.sleep(step_s)

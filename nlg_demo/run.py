@@ -2,16 +2,19 @@
 
 This module owns the demo's timeline: start tritonserver (explicit model control) with the gpt2
 model, time a few lone requests to pick a threshold the load will cross (twice the idle per-token
-latency, unless ``--threshold`` is given), run the autoscaler in-process (direct scrape of Triton's
-metrics port, the Triton in-place actuator), drive a Poisson load of Table 4.2 queries for the first
-part of ``--duration``, then let the load stop so that the scale-in shows too. Every round prints
-one line; the end prints a summary and writes the plot.
+statistic the policy aims at, unless ``--threshold`` is given), measure what one instance and two
+together carry and size the load from it (:mod:`nlg_demo.capacity`; unless ``--rate`` is given),
+run the autoscaler in-process (direct scrape of Triton's metrics port, the Triton in-place
+actuator), drive a Poisson load of Table 4.2 queries for the first part of ``--duration`` (a base
+one instance carries, then a peak it does not), then let the load stop so that the scale-in shows
+too. Every round prints one line; the end prints a summary and writes the plot.
 
 ``--policy pertoken`` (the default) scales on the window's mean per-token latency against the
 threshold. ``--policy planner`` plans instances from an engine profile ahead of demand, with the
 threshold as its per-token SLO: the profile shipped for the tiny instance (or ``--profile``, or one
 measured first with ``--profile-first``) plus the serving overhead that the lone requests measure on
-this server (:mod:`nlg_demo.served_profile`).
+this server, slowed to the capacity measured with two instances sharing the cores
+(:mod:`nlg_demo.served_profile`).
 
 On a small CPU-only machine the extra instances share the same cores, so latency may not fall as
 instances are added; what the demo shows is the policy at work on real measurements.
@@ -154,7 +157,7 @@ def measure_load(
     statistic = STATISTIC[args.policy]
     loads: list[PoissonLoad] = []
 
-    def make_load(rate: float, index: int) -> PoissonLoad:
+    def make_load(rate: float) -> PoissonLoad:
         loads.append(PoissonLoad(server.grpc_url, rate, args.complex, seed=args.seed * 1000 + len(loads) + 1))
         return loads[-1]
 

@@ -75,7 +75,7 @@ class RateLoad:
 def test_a_sweep_rises_until_the_crossing_and_stops_there():
     made = []
 
-    def make(rate, index):
+    def make(rate):
         made.append(rate)
         return RateLoad(rate, ms_per_rate=10.0)
 
@@ -90,7 +90,7 @@ def test_a_sweep_rises_until_the_crossing_and_stops_there():
 
 def test_a_sweep_that_starts_over_the_target_falls_until_under_it():
     lines = []
-    steps = sweep(lambda rate, index: RateLoad(rate, ms_per_rate=10.0), start=4.0, target_ms=25.0,
+    steps = sweep(lambda rate: RateLoad(rate, ms_per_rate=10.0), start=4.0, target_ms=25.0,
                   statistic="mean", say=lines.append, step_s=0.0)  # fmt: skip
     assert [s.rate for s in steps] == pytest.approx([4.0, 4.0 / 1.35, 4.0 / 1.35**2])  # 40, 29.6, then 21.9 ms
     assert capacity_of(steps, 25.0) == pytest.approx(2.5, rel=1e-6)

@@ -146,3 +146,33 @@ def watch_readiness(
     thread = threading.Thread(target=run, name="nlg-readiness-watch", daemon=True)
     thread.start()
     return thread
+
+
+def watch_stop(
+    http_url: str | None, model: str, version: str, busy: Callable[[], bool], on_stopping: Callable[[], None]
+) -> None:
+    """Starts the watches that can see this server stop: its HTTP endpoint where it has one, its main
+    thread where the kernel says what that waits in. `on_stopping` may be called by both."""
+    if http_url is not None:
+        watch_readiness(http_model_ready(http_url, model, version), busy=busy, on_stopping=on_stopping)
+    server = os.getppid()
+    stopping = main_thread_stopping(server)
+    if _answers(stopping):
+        watch_readiness(stopping, busy=busy, on_stopping=on_stopping, interval=MAIN_THREAD_CHECK_INTERVAL)
+    elif http_url is None:
+        log.warning(
+            "HTTP is off and this kernel does not say what tritonserver's main thread waits in "
+            "(/proc/%d/task/%d/wchan): a stop cannot drain the streams, and one that outlasts the "
+            "exit timeout crashes the server; turn HTTP on",
+            server,
+            server,
+        )
+
+
+def _answers(state: Callable[[], Readiness], tries: int = 10) -> bool:
+    """Whether a source says "ready" within a few tries (a busy moment reads "unknown")."""
+    for _ in range(tries):
+        if state() == "ready":
+            return True
+        time.sleep(0.05)
+    return False

@@ -28,13 +28,7 @@ from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory, release_freed_memory
 from triton_backend.sampling_params import InvalidRequest, Limits
 from triton_backend.server_stop import StopBudget, read_server_args
-from triton_backend.server_watch import (
-    MAIN_THREAD_CHECK_INTERVAL,
-    http_model_ready,
-    main_thread_stopping,
-    watch_parent,
-    watch_readiness,
-)
+from triton_backend.server_watch import watch_parent, watch_stop
 from triton_backend.settings import ModelSettings, load_settings
 from triton_backend.shm_sweep import sweep
 from triton_backend.tokenizer import load_tokenizer
@@ -79,11 +73,7 @@ class GPT2Model:
         self._responses.start()
         self._engine.start()
         name, version = args["model_name"], args["model_version"]
-        if server.http_url is not None:
-            ready = http_model_ready(server.http_url, name, str(version))
-            watch_readiness(ready, busy=self._busy, on_stopping=self._drain)
-        stopping = main_thread_stopping(os.getppid())
-        watch_readiness(stopping, busy=self._busy, on_stopping=self._drain, interval=MAIN_THREAD_CHECK_INTERVAL)
+        watch_stop(server.http_url, name, str(version), busy=self._busy, on_stopping=self._drain)
         log.info(
             "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
             args["model_name"],

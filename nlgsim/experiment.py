@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from autoscaler.config import PlannerSpec, ScalerSpec, parse_scaler, to_dict
+from nlgsim.anchors import ANCHORS
 from nlgsim.capacity import saturation_rate
 from nlgsim.planner import PlannerConfig, planner_policy
 from nlgsim.policy import Policy, hpa_policy
@@ -196,8 +197,12 @@ def build_policy(
             allowed = planner.slo.per_token_allowed(planner.long_output_tokens)
             planner = replace(planner, per_token_target_s=allowed * fraction)
         return planner_policy(spec, planner, text), max(spec.min_deployment_count, 1)
+    if kind in ANCHORS and not arg:
+        return ANCHORS[kind](spec, text), max(spec.min_deployment_count, 1)
     if kind == "fixed":
         if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")
         return None, int(arg)
-    raise ValueError(f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F] or fixed:N")
+    raise ValueError(
+        f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F], fixed:N or an anchor: {', '.join(ANCHORS)}"
+    )

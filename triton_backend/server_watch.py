@@ -126,8 +126,8 @@ def watch_readiness(
     Asks every `interval` (more often until the first answer), from the start: tritonserver closes
     its HTTP endpoint the moment it is told to stop, so an endpoint that answered before and is gone
     now means stopping, and it must have answered before the stop. "not ready" means stopping (or
-    unloading) at once. An endpoint that never answered (one the model cannot reach) leaves the drain to
-    finalize(). Only `busy()` instances drain; an idle one has nothing to drain and keeps watching.
+    unloading) at once. An endpoint that never answered (one the model cannot reach) says nothing of
+    a stop. Only `busy()` instances drain; an idle one has nothing to drain and keeps watching.
     """
 
     def run() -> None:

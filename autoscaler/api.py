@@ -129,10 +129,12 @@ def create_app(
     *,
     auth: Literal["token", "none"] = "token",
     retry_after: float = 5.0,
+    deployments: tuple[str, ...] = (),
 ) -> FastAPI:
     """The API over ``controller``. With ``token`` every /deployment call needs it; without one reads
     are open and writes are refused unless ``auth`` is ``"none"`` (config.ApiSpec keeps that on loopback).
-    A 503 asks the client to come back in ``retry_after`` seconds (the loop interval).
+    A 503 asks the client to come back in ``retry_after`` seconds (the loop interval). With
+    ``deployments`` (config ``api.deployments``) a target must name one of them.
     """
     targets = controller.targets
     come_back = {"Retry-After": str(max(1, math.ceil(retry_after)))}
@@ -200,6 +202,11 @@ def create_app(
     }  # fmt: skip
 
     def register(registration: Registration, replace: bool) -> tuple[dict[str, Any], bool]:
+        if deployments and registration.target_name not in deployments:
+            allowed = ", ".join(show(name) for name in deployments)
+            raise HTTPException(422, {"errors": [
+                f"deployment = {show(registration.target_name)}: the autoscaler may scale only {allowed} "
+                "(api.deployments; with the chart, add it to autoscaler.api.deployments)"]})  # fmt: skip
         try:
             return targets.register(registration, replace=replace)
         except TargetConflict as e:

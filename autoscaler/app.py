@@ -225,7 +225,8 @@ class App:
                 raise _bind_error(self.config.metrics.host, self.config.metrics.port, "metrics.port",
                                   "the autoscaler's /metrics", e) from e  # fmt: skip
         if api_socket is not None:
-            app = create_app(self.controller, token, auth=self.config.api.auth, retry_after=self.config.loop.interval)
+            app = create_app(self.controller, token, auth=self.config.api.auth, retry_after=self.config.loop.interval,
+                             deployments=self.config.api.deployments)
             config = uvicorn.Config(app, log_level="warning", lifespan="off")
             server = self._api_server = uvicorn.Server(config)
             self._spawn("api", lambda: server.run(sockets=[api_socket]))

@@ -306,10 +306,16 @@ class ApiSpec:
     port: int = 8080
     auth: ApiAuth = "token"
     token_file: str = ""
+    #: The Deployments a target registered through the API may scale; empty: any (what the autoscaler's
+    #: RBAC allows). The chart lists exactly the ones its Role lets it scale, so a target it could
+    #: never scale is refused when it is written, not with a 403 every round.
+    deployments: tuple[str, ...] = ()
 
     def validate(self, path: str = "api") -> list[str]:
         errors = [*s.non_empty(f"{path}.host", self.host), *s.printable(f"{path}.host", self.host, 253)]
         errors += s.port(f"{path}.port", self.port)
+        for i, name in enumerate(self.deployments):
+            errors += s.k8s_name(f"{path}.deployments[{i}]", name)
         errors += s.one_of(f"{path}.auth", self.auth, ("token", "none"))
         if self.auth == "none" and self.token_file:
             errors.append(

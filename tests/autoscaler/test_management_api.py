@@ -251,3 +251,25 @@ def test_the_docs_state_the_limits_the_code_applies():
     assert f"a body over {MAX_BODY_BYTES // 1024} KiB is 413" in text
     assert f"nests deeper than {MAX_DEPTH} levels" in text
     assert f"at most {MAX_MODEL_NAME} characters" in text
+
+
+def test_a_target_may_name_only_the_deployments_the_autoscaler_may_scale(controller):
+    with TestClient(create_app(controller, TOKEN, deployments=("gpt2", "gpt2-xl"))) as client:
+        refused = client.post("/deployment/", json={**BODY, "model_id": "bert"}, headers=AUTH)
+        assert refused.status_code == 422, refused.text
+        (error,) = refused.json()["detail"]["errors"]
+        assert error.startswith("deployment = 'bert': the autoscaler may scale only 'gpt2', 'gpt2-xl'")
+        assert "autoscaler.api.deployments" in error
+        renamed = client.put("/deployment/bert/", json={**BODY, "model_id": "bert", "deployment": "gpt2-xl"},
+                             headers=AUTH)  # fmt: skip
+        assert renamed.status_code == 201, renamed.text
+        assert client.get("/deployment/bert/", headers=AUTH).status_code == 200
+
+
+def test_api_deployments_must_be_kubernetes_names():
+    from autoscaler.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError) as caught:
+        parse_config({"model_id": "gpt2", "api": {"deployments": ["ok", "Not_A_Name"]}})
+    wanted = "api.deployments[1] = 'Not_A_Name': must be a Kubernetes name"
+    assert any(e.startswith(wanted) for e in caught.value.errors)

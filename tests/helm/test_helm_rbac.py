@@ -79,6 +79,9 @@ def autoscaler_accesses(config: AutoscalerConfig) -> set[Access]:
     """Every API request of one round and one scale-up (1 -> 2), leader election included."""
     with kube_emulator() as cluster:
         cluster.add_deployment(TRITON, replicas=1, namespace=NAMESPACE)
+        others = [name for name in config.api.deployments if name != TRITON]
+        for name in others:
+            cluster.add_deployment(name, replicas=1, namespace=NAMESPACE)
         cluster.objects["discovery.k8s.io/v1/endpointslices", NAMESPACE, f"{TRITON}-abcde"] = {
             "apiVersion": "discovery.k8s.io/v1",
             "kind": "EndpointSlice",
@@ -102,6 +105,9 @@ def autoscaler_accesses(config: AutoscalerConfig) -> set[Access]:
             if config.api.port:  # a target registered through the REST API, then removed
                 controller.targets.register(Registration(model_id="bert", deployment="bert"))
                 controller.targets.unregister("bert")
+            if config.actuator.kind == "kubernetes":  # the Deployments API targets may name, scaled
+                for name in others:
+                    controller.actuator.scale(name, 2, expected=1)
         finally:
             app.stop()  # releases the Lease
         return {Access.of(r.method.value, r.url.path, dict(r.params)) for r in list(cluster.emulator)}
@@ -123,6 +129,7 @@ CASES = [
     ("no-leader-election", ["autoscaler.leader_election.enabled=false"]),
     ("dry-run", ["autoscaler.actuator.kind=none"]),
     ("no-api", ["autoscaler.api.port=0"]),
+    ("api-deployments", ["autoscaler.api.deployments={bert,gptj}"]),
 ]
 
 
@@ -200,3 +207,15 @@ def test_the_targets_configmap_is_the_one_the_config_names_and_the_role_allows(r
     assert "data" not in made[0]  # the autoscaler's keys: an upgrade's three-way merge leaves them
     rules = [r for r in rendered.one("Role", "-autoscaler")["rules"] if r["resources"] == ["configmaps"]]
     assert [r["resourceNames"] for r in rules] == [[config.target_store.configmap]]
+
+
+@pytest.mark.parametrize(
+    ("assignments", "names"),
+    [([], [TRITON]), (["autoscaler.api.deployments={bert}"], [TRITON, "bert"])],
+    ids=["defaults", "one-more"],
+)
+def test_api_targets_may_name_exactly_the_deployments_the_role_lets_it_scale(render, assignments, names):
+    rendered = render(*[a for s in assignments for a in ("--set", s)])
+    rules = [r for r in rendered.one("Role", "-autoscaler")["rules"] if r["resources"] == ["deployments/scale"]]
+    assert [r["resourceNames"] for r in rules] == [names]
+    assert list(rendered_config(rendered).api.deployments) == names

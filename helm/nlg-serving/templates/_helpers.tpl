@@ -90,7 +90,8 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "lease_name" (include "nlg-serving.autoscaler.name" .)
     "namespace" $ns
     "lease_duration" (float64 $a.leader_election.lease_duration))
-  "api" (dict "host" "0.0.0.0" "port" $a.api.port "auth" "token" "token_file" $tokenFile)
+  "api" (dict "host" "0.0.0.0" "port" $a.api.port "auth" "token" "token_file" $tokenFile
+    "deployments" (include "nlg-serving.autoscaler.scalable" . | fromYamlArray))
   "metrics" (dict "host" "0.0.0.0" "port" $a.metrics.port "backend" $a.metrics.backend)
   "target_store" (dict
     "kind" (ternary "configmap" "memory" (gt (int $a.api.port) 0))
@@ -98,4 +99,13 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "namespace" $ns)
 }}
 {{- toYaml $config }}
+{{- end }}
+
+{{/*
+The Deployments the autoscaler may scale, as a YAML list: the Triton Deployment and
+autoscaler.api.deployments. The Role names exactly these, and the config's api.deployments refuses
+an API target for any other (it could never be scaled).
+*/}}
+{{- define "nlg-serving.autoscaler.scalable" -}}
+{{- toYaml (uniq (prepend (.Values.autoscaler.api.deployments | default list) (include "nlg-serving.triton.name" .))) }}
 {{- end }}

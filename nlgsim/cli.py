@@ -102,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="replay a workload under one or more policies")
     _common(run)
     run.add_argument(
-        "--policy", action="append", help="request:MS, pertoken:MS, planner, fixed:N (repeatable)"
+        "--policy", action="append",
+        help="request:MS, pertoken:MS, planner, fixed:N, or an anchor: kpa, keda-waiting (repeatable)",
     )
     run.add_argument(
         "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"

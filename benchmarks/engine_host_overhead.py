@@ -42,15 +42,15 @@ import torch
 
 from benchmarks import harness
 from benchmarks.engine_throughput import GREEDY, SAMPLED, machine, prompts
-from triton_backend.engine import Engine
+from triton_backend.engine_factory import engine_with
 from triton_backend.host_memory import keep_freed_memory
-from triton_backend.kv_cache import PAGE_SIZE, CacheShape, PagedKVCache
+from triton_backend.kv_cache import CacheShape, PagedKVCache
+from triton_backend.kv_pages import PAGE_SIZE
 from triton_backend.model_runner import DecodeInput, PrefillInput
 from triton_backend.model_shapes import CONTEXT_LENGTH, VOCAB_SIZE
 from triton_backend.sampler import NUCLEUS_HEAD
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import token_bytes
 
 CPU = torch.device("cpu")
 MODES = {"greedy": GREEDY, "sampled (temperature 1, top_p 0.9)": SAMPLED}
@@ -99,7 +99,7 @@ def run(params: SamplingParams, args: argparse.Namespace, width: int, rounds: in
     """`rounds` times, `args.streams` requests at once run to completion on one engine."""
     streams = args.streams
     runner = InstantRunner(2 * streams, width, streams * -(-(args.prompt + args.output) // PAGE_SIZE))
-    engine = Engine(runner, token_bytes(), SchedulerConfig(max_num_seqs=streams), time.perf_counter)
+    engine = engine_with(runner, SchedulerConfig(max_num_seqs=streams), time.perf_counter)
     engine.add("warm-up", prompts(1, 8)[0], SamplingParams(max_tokens=4), arrival=0.0)
     while engine.has_work:
         engine.step()

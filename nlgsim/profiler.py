@@ -161,7 +161,7 @@ def measure(
         params = SamplingParams(max_tokens=10_000, ignore_eos=True, temperature=1.0)
         for i in range(b):
             engine.add(f"o{b}-{i}", [1] * short, params, time.monotonic())
-        while engine.scheduler.num_prefilling or engine.scheduler.num_waiting:
+        while (stats := engine.stats()).prefilling_requests or stats.waiting_requests:
             engine.step()
         steps = []
         for _ in range(reps + 1):

@@ -2,8 +2,9 @@
 
 `Engine` is single-threaded and knows nothing of Triton: `add`, `abort` and `step` are its seams,
 `stats` its report. `engine_loop` runs it on a thread; tests and benchmarks call it directly. The
-scheduler owns the requests' state; the engine runs what a `Schedule` describes (the forward pass,
-the page copies, the sampling) and hands the sampled tokens back.
+scheduler it is given (`scheduler_interface`; `engine_factory` builds it) owns the requests' state;
+the engine runs what a `Schedule` describes (the forward pass, the page copies, the sampling), hands
+the sampled tokens back keyed by request id, and turns the scheduler's updates into text.
 """
 
 from __future__ import annotations
@@ -16,107 +17,128 @@ import torch
 from triton_backend.detokenizer import TextStream
 from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_cache import PagedKVCache
-from triton_backend.length_predictor import LengthPredictor
 from triton_backend.model_runner import DecodeInput, ModelRunner, PrefillInput
-from triton_backend.outputs import RequestOutput
+from triton_backend.outputs import FinishReason, RequestOutput, RequestUpdate
 from triton_backend.sampler import SamplingState, sample
 from triton_backend.sampling_params import SamplingParams
-from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
+from triton_backend.scheduler import Schedule
+from triton_backend.scheduler_interface import SampledTokens, SchedulerInterface
 from triton_backend.sequence import Request, Sequence
+
+Choice = tuple[str, int]  # (request id, choice index)
 
 
 class Engine:
     def __init__(
         self,
         runner: ModelRunner,
+        scheduler: SchedulerInterface,
         token_bytes: list[bytes],
-        scheduler_config: SchedulerConfig,
         clock: Callable[[], float],
         seed: int = 0,
-        predictor: LengthPredictor | None = None,
     ) -> None:
         self.runner = runner
         self.cache: PagedKVCache = runner.cache
-        self.scheduler = Scheduler(scheduler_config, self.cache, predictor or LengthPredictor())
+        self.scheduler = scheduler
         self._token_bytes = token_bytes
         self._clock = clock
         # Seeds for requests that name none: reproducible runs of the engine, distinct per choice.
         self._seeds = random.Random(seed)
+        # The output side, per request in flight (in arrival order) and choice: the sampler's state (its
+        # generator and the tokens its bans read) and the text stream. The scheduler holds neither.
+        self._choices: dict[str, list[tuple[SamplingState, TextStream]]] = {}
 
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
 
     def in_flight(self) -> list[str]:
-        return list(self.scheduler.requests)
+        return list(self._choices)
 
     def add(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> None:
-        if request_id in self.scheduler.requests:
-            raise ValueError(f"request id {request_id!r} is already in flight")
-        if params.n > self.scheduler.config.max_num_seqs:
-            raise ValueError(f"n: {params.n} is above this instance's max_num_seqs")
-        request = Request(request_id, list(prompt_ids), params, arrival)
+        """ValueError, naming the field, for a request id already in flight or more choices than fit."""
+        self.scheduler.add_request(Request.with_choices(request_id, prompt_ids, params, arrival))
+        choices = []
         for index in range(params.n):
             seed = params.seed + index if params.seed is not None else self._seeds.getrandbits(63)
             generator = None if params.greedy else torch.Generator().manual_seed(seed)
             state = SamplingState(params, generator, list(prompt_ids), 0)
-            request.sequences.append(Sequence(index, state, TextStream(self._token_bytes, params.stop)))
-        self.scheduler.add(request)
+            choices.append((state, TextStream(self._token_bytes, params.stop)))
+        self._choices[request_id] = choices
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request (cancelled by its client) and free its pages; None if it is not here."""
-        request = self.scheduler.abort(request_id)
-        return None if request is None else self._output(request, self._clock())
+        updates = self.scheduler.finish_requests([request_id], FinishReason.CANCELLED)
+        return self._output(updates[0], self._clock(), {}) if updates else None
 
     @torch.inference_mode()
     def step(self) -> list[RequestOutput]:
         schedule = self.scheduler.schedule()
         decode_logits, chunk_logits = self.runner.step(
             [DecodeInput(seq.pages, seq.last_token, seq.position) for seq in schedule.decode],
-            [
-                PrefillInput(c.sequence.pages, c.sequence.sampling.token_ids[c.start : c.end], c.start)
-                for c in schedule.prefill
-            ],
+            [PrefillInput(c.sequence.pages, c.sequence.token_ids[c.start : c.end], c.start) for c in schedule.prefill],
         )
         if schedule.page_copies:
             self.cache.copy_pages(schedule.page_copies)
         sampled = self._sample(schedule, decode_logits, chunk_logits)
-        updated = self.scheduler.update(schedule, sampled)
+        texts: dict[Choice, str] = {}
+        stopped: set[Choice] = set()
+        for request_id, tokens in sampled.items():
+            choices = self._choices[request_id]
+            for index, token in tokens.items():
+                state, stream = choices[index]
+                state.append(token)
+                texts[request_id, index] = stream.push(token)
+                if stream.stopped:
+                    stopped.add((request_id, index))
+        updates = self.scheduler.update_from_output(schedule, SampledTokens(sampled, stopped))
         now = self._clock()
-        return [self._output(request, now) for request in updated]
+        return [self._output(update, now, texts) for update in updates]
 
     def stats(self) -> EngineStats:
         return self.scheduler.make_stats()
 
     def _sample(
         self, schedule: Schedule, decode_logits: torch.Tensor | None, chunk_logits: torch.Tensor | None
-    ) -> dict[Sequence, int]:
+    ) -> dict[str, dict[int, int]]:
         """The next token of each decoded choice, and the first of each fresh request's choices whose
-        prompt the step completed (all of them from the prompt's last row)."""
-        sampled: dict[Sequence, int] = {}
+        prompt the step completed (all of them from the prompt's last row), by request id and choice."""
+        sampled: dict[str, dict[int, int]] = {}
+
+        def take(seqs: list[Sequence], logits: torch.Tensor) -> None:
+            states = [self._choices[seq.request_id][seq.index][0] for seq in seqs]
+            for seq, token in zip(seqs, sample(logits, states), strict=True):
+                sampled.setdefault(seq.request_id, {})[seq.index] = token
+
         if decode_logits is not None:
-            seqs = schedule.decode
-            sampled.update(zip(seqs, sample(decode_logits, [s.sampling for s in seqs]), strict=True))
+            take(schedule.decode, decode_logits)
         if chunk_logits is not None:
             for chunk, row in zip(schedule.prefill, chunk_logits, strict=True):
                 if chunk.samples:
                     seqs = list(chunk.samples)
-                    rows = row.unsqueeze(0).expand(len(seqs), -1).clone()
-                    sampled.update(zip(seqs, sample(rows, [s.sampling for s in seqs]), strict=True))
+                    take(seqs, row.unsqueeze(0).expand(len(seqs), -1).clone())
         return sampled
 
-    def _output(self, request: Request, now: float) -> RequestOutput:
-        texts, token_ids, totals, reasons = zip(
-            *[(*seq.take_new(), seq.generated, seq.finish_reason) for seq in request.sequences], strict=True
-        )
+    def _output(self, update: RequestUpdate, now: float, texts: dict[Choice, str]) -> RequestOutput:
+        """The update with each choice's new text; a choice that ended releases what its stream held back."""
+        request_id = update.request_id
+        streams = [stream for _, stream in self._choices[request_id]]
+        if update.finished:
+            del self._choices[request_id]
+        text = []
+        for index, (ids, reason) in enumerate(zip(update.token_ids, update.finish_reasons, strict=True)):
+            new = texts.get((request_id, index), "")
+            if ids and reason is not None:  # it ended with a token of this step
+                new += streams[index].finish()
+            text.append(new)
         return RequestOutput(
-            request_id=request.request_id,
+            request_id=request_id,
             time=now,
-            texts=texts,
-            token_ids=token_ids,
-            total_tokens=totals,
-            finish_reasons=reasons,
-            num_input_tokens=len(request.prompt_ids),
-            finished=request.finished,
-            arrival=request.arrival,
+            texts=tuple(text),
+            token_ids=update.token_ids,
+            total_tokens=update.total_tokens,
+            finish_reasons=update.finish_reasons,
+            num_input_tokens=update.num_input_tokens,
+            finished=update.finished,
+            arrival=update.arrival,
         )

@@ -30,10 +30,10 @@ from triton_backend.memory_budget import (
     size_text,
     working_bytes,
 )
-from triton_backend.model_runner import StepGraphs
+from triton_backend.model_runner import ModelRunner, StepGraphs
 from triton_backend.presets import ModelInfo, build_model, parse_dtype
 from triton_backend.runner import GPT2Runner, attention_scales, cache_shape
-from triton_backend.scheduler import SchedulerConfig
+from triton_backend.scheduler import Scheduler, SchedulerConfig
 from triton_backend.settings import ModelSettings
 from triton_backend.tokenizer import token_bytes
 
@@ -141,8 +141,22 @@ def engine_on(
     prefill = prefill_chunk_tokens if prefill_in_graphs else 0
     graphs = graph_steps(model, cache, max_num_seqs, prefill) if cuda_graphs else None
     runner = GPT2Runner(model, cache, graphs=graphs, pack_cpu=pack_cpu)
-    scheduler = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
-    return Engine(runner, token_bytes(), scheduler, clock=clock, seed=seed, predictor=predictor)
+    config = SchedulerConfig(prefill_chunk_tokens=prefill_chunk_tokens, max_num_seqs=max_num_seqs)
+    return engine_with(runner, config, clock, seed=seed, predictor=predictor)
+
+
+def engine_with(
+    runner: ModelRunner,
+    config: SchedulerConfig,
+    clock: Callable[[], float],
+    *,
+    seed: int = 0,
+    predictor: LengthPredictor | None = None,
+) -> Engine:
+    """The scheduler over the runner's cache pages, and the engine around both: what `engine_on` serves,
+    and what a test or benchmark with a runner of its own (graphs it built, an instant one) steps."""
+    scheduler = Scheduler(config, runner.cache.page_pool(), predictor or LengthPredictor())
+    return Engine(runner, scheduler, token_bytes(), clock=clock, seed=seed)
 
 
 def graph_steps(model: GPT2LMHeadModel, cache: PagedKVCache, max_batch: int, prefill_tokens: int) -> StepGraphs | None:

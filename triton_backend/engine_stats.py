@@ -15,6 +15,7 @@ class EngineStats:
     preemptions: int  # sequences preempted since start
     length_predictions: int = 0  # requests given a predicted output length, since start
     length_underestimates: int = 0  # choices that generated more than their prediction, since start
+    prefilling_requests: int = 0  # of the running ones, those whose prompt is still going into the cache
 
     @property
     def kv_usage(self) -> float:

@@ -1,18 +1,17 @@
-"""The paged KV cache: a pool of fixed-size pages under an explicit byte budget.
+"""The paged KV cache's tensors: fixed-size pages under an explicit byte budget.
 
 Each sequence holds a list of pages (its page table); position p lives in page table[p // page_size]
-at offset p % page_size. Pages are taken as a sequence grows, so memory follows actual lengths, and
-the scheduler admits work against predicted lengths (S3) rather than the whole context.
+at offset p % page_size. Which page is whose is the scheduler's (`kv_pages.PagePool`, no torch); this
+module holds the keys and values the runner writes and reads through the tables a schedule gives it.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 
 import torch
 
-PAGE_SIZE = 16
+from triton_backend.kv_pages import PAGE_SIZE, PagePool, pages_for
 
 
 @dataclass(frozen=True)
@@ -38,7 +37,7 @@ class CacheShape:
         return -(-self.max_len // self.page_size)
 
     def pages_for(self, tokens: int) -> int:
-        return -(-tokens // self.page_size)
+        return pages_for(tokens, self.page_size)
 
 
 def pages_for_budget(shape: CacheShape, budget_bytes: int, min_sequences: int) -> int:
@@ -62,26 +61,10 @@ class PagedKVCache:
         dims = (shape.n_layer, num_pages + 1, shape.page_size, shape.n_head, shape.head_dim)
         self.k = torch.zeros(dims, dtype=shape.dtype, device=device)
         self.v = torch.zeros(dims, dtype=shape.dtype, device=device)
-        self._free = list(range(num_pages))
-        heapq.heapify(self._free)
 
-    @property
-    def free_pages(self) -> int:
-        return len(self._free)
-
-    @property
-    def used_pages(self) -> int:
-        return self.num_pages - len(self._free)
-
-    def allocate(self) -> int:
-        if not self._free:
-            raise RuntimeError("KV cache has no free page; the scheduler should have preempted")
-        return heapq.heappop(self._free)
-
-    def release(self, pages: list[int]) -> None:
-        for page in pages:
-            heapq.heappush(self._free, page)
-        pages.clear()
+    def page_pool(self) -> PagePool:
+        """A pool of this cache's pages, for the scheduler to hand out."""
+        return PagePool(self.num_pages, self.shape.page_size, self.shape.max_len)
 
     def copy_pages(self, pairs: list[tuple[int, int]]) -> None:
         """Copy each (source, destination) page: a prefilled prompt shared with a request's other choices."""

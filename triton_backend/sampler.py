@@ -36,6 +36,11 @@ class SamplingState:
     generated: int
     _ahead: list[float] = field(default_factory=list, repr=False)  # drawn from `generator` ahead of need, the next last
 
+    def append(self, token: int) -> None:
+        """The choice took `token`: the bans and min_tokens see it from the next step."""
+        self.token_ids.append(token)
+        self.generated += 1
+
     def uniform(self) -> float:
         """The generator's next number in [0, 1): what ``torch.rand(1, generator=...)`` would give."""
         if not self._ahead:

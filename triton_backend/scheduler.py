@@ -1,9 +1,11 @@
 """Which sequences run each step, and the KV pages they hold: iteration-level scheduling.
 
 A step is vLLM v1's: `schedule()` says what it runs (a `Schedule`), the engine runs that and samples,
-`update(schedule, sampled)` takes the new tokens back and returns the requests they went to;
-`make_stats()` reports the load. Only the scheduler moves a request from status to status
-(`RequestStatus`), hands out and takes back pages, and records what each sequence has cached.
+`update_from_output(schedule, sampled)` takes the new tokens back, keyed by request id, and returns
+what changed of each request; `make_stats()` reports the load (the seam is `scheduler_interface`).
+Only the scheduler moves a request from status to status (`RequestStatus`), hands out and takes back
+pages (`kv_pages.PagePool`: numbers, no tensors), and records what each sequence has cached. It
+imports no torch: the simulator drives it with a profile's step times.
 
 Requests wait in earliest-deadline-first order (those without a deadline behind, first come first
 served; preempted requests go first of all). The head is admitted when the free pages, less what the
@@ -18,17 +20,15 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from triton_backend.engine_stats import EngineStats
+from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
-from triton_backend.outputs import FinishReason
+from triton_backend.outputs import FinishReason, RequestUpdate
+from triton_backend.scheduler_interface import SampledTokens
 from triton_backend.sequence import Request, RequestStatus, Sequence
-
-if TYPE_CHECKING:  # the cache's tensors are the runner's; the scheduler only hands out its pages
-    from triton_backend.kv_cache import PagedKVCache
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ PageCopy = tuple[int, int]  # (source page, destination page)
 
 @dataclass
 class Schedule:
-    """One step's work, for the engine to run and hand back to `Scheduler.update` with its samples."""
+    """One step's work, for the engine to run and hand back to `update_from_output` with its samples."""
 
     decode: list[Sequence] = field(default_factory=list)  # each feeds its last token and samples the next
     prefill: list[PrefillChunk] = field(default_factory=list)
@@ -71,9 +71,9 @@ class Schedule:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, cache: PagedKVCache, predictor: LengthPredictor) -> None:
+    def __init__(self, config: SchedulerConfig, pages: PagePool, predictor: LengthPredictor) -> None:
         self.config = config
-        self._cache = cache
+        self._pages = pages
         self._predictor = predictor
         self.requests: dict[str, Request] = {}  # every unfinished request, by id, in arrival order
         self._waiting: list[tuple[float, int, Request]] = []  # WAITING and PREEMPTED, by deadline
@@ -90,32 +90,43 @@ class Scheduler:
         return len(self._waiting)
 
     @property
+    def num_running(self) -> int:
+        return len(self._admitted)
+
+    @property
     def num_prefilling(self) -> int:
         return sum(1 for request in self._admitted if request.status is RequestStatus.PREFILLING)
 
-    def add(self, request: Request) -> None:
+    def add_request(self, request: Request) -> None:
+        if request.request_id in self.requests:
+            raise ValueError(f"request id {request.request_id!r} is already in flight")
+        if len(request.sequences) > self.config.max_num_seqs:
+            raise ValueError(f"n: {len(request.sequences)} is above this instance's max_num_seqs")
         request.predicted_tokens = self._predictor.predict(request.params, len(request.prompt_ids))
         self.requests[request.request_id] = request
         deadline = request.deadline
         heapq.heappush(self._waiting, (deadline if deadline is not None else float("inf"), next(self._order), request))
 
-    def abort(self, request_id: str) -> Request | None:
-        """Ends a request where it stands: its unfinished choices are cancelled, its pages freed. None if
-        it is not here."""
-        request = self.requests.pop(request_id, None)
-        if request is None:
-            return None
-        if request in self._admitted:
-            self._admitted.remove(request)
-            self._free(request)
-        else:
-            self._waiting = [entry for entry in self._waiting if entry[2] is not request]
-            heapq.heapify(self._waiting)
-        for seq in request.sequences:
-            if seq.running:
-                seq.finish_reason = FinishReason.CANCELLED
-        request.move_to(RequestStatus.FINISHED_ABORTED)
-        return request
+    def finish_requests(self, request_ids: Iterable[str], reason: FinishReason) -> list[RequestUpdate]:
+        """Ends requests where they stand (cancelled by a client, or a failed step): their unfinished
+        choices end with `reason`, their pages are freed. Ids not here are skipped."""
+        updates = []
+        for request_id in request_ids:
+            request = self.requests.pop(request_id, None)
+            if request is None:
+                continue
+            if request in self._admitted:
+                self._admitted.remove(request)
+                self._free(request)
+            else:
+                self._waiting = [entry for entry in self._waiting if entry[2] is not request]
+                heapq.heapify(self._waiting)
+            for seq in request.sequences:
+                if seq.running:
+                    seq.finish_reason = reason
+            request.move_to(RequestStatus.FINISHED_ABORTED)
+            updates.append(_update(request))
+        return updates
 
     def schedule(self) -> Schedule:
         schedule = Schedule()
@@ -133,9 +144,9 @@ class Scheduler:
         ]
         return schedule
 
-    def update(self, schedule: Schedule, sampled: Mapping[Sequence, int]) -> list[Request]:
-        """Takes a step back once it ran: what it cached, and `sampled`, each sampling choice's new token.
-        Returns the requests that got tokens, in the step's order; those the step finished have left."""
+    def update_from_output(self, schedule: Schedule, output: SampledTokens) -> list[RequestUpdate]:
+        """Takes a step back once it ran: what it cached, and each sampling choice's new token. Returns
+        an update of each request that got tokens, in the step's order; those it finished have left."""
         for seq in schedule.decode:
             seq.cached = seq.position + 1
         for chunk in schedule.prefill:
@@ -145,41 +156,41 @@ class Scheduler:
             if not chunk.request.prefill_targets():
                 chunk.request.move_to(RequestStatus.RUNNING)
         updated, ended = [], []
+        tokens, stopped = output.tokens, output.stopped
         for request in self._admitted:
-            given, running = False, False
-            for seq in request.sequences:
-                token = sampled.get(seq)
-                if token is not None:
-                    given = True
-                    seq.append(token)
-                    if seq.finish_reason is not None:
-                        self._cache.release(seq.pages)
-                        prompt = len(request.prompt_ids)
-                        self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
-                running = running or seq.finish_reason is None
-            if given:
-                updated.append(request)
-                if not running:
-                    ended.append(request)
+            given = tokens.get(request.request_id)
+            if not given:
+                continue
+            for index, token in given.items():
+                seq = request.sequences[index]
+                seq.append(token, (request.request_id, index) in stopped if stopped else False)
+                if seq.finish_reason is not None:
+                    self._pages.release(seq.pages)
+                    prompt = len(request.prompt_ids)
+                    self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
+            updated.append(request)
+            if not any(seq.running for seq in request.sequences):
+                ended.append(request)
         for request in ended:
             request.move_to(RequestStatus.FINISHED)
             self._admitted.remove(request)
             del self.requests[request.request_id]
-        return updated
+        return [_update(request) for request in updated]
 
     def make_stats(self) -> EngineStats:
         return EngineStats(
             running_requests=len(self._admitted),
             waiting_requests=len(self._waiting),
-            kv_pages_used=self._cache.used_pages,
-            kv_pages_total=self._cache.num_pages,
+            kv_pages_used=self._pages.used_pages,
+            kv_pages_total=self._pages.num_pages,
             preemptions=self._preemptions,
             length_predictions=self._predictor.predictions,
             length_underestimates=self._predictor.underestimates,
+            prefilling_requests=self.num_prefilling,
         )
 
     def _make_room_for_decode(self, schedule: Schedule) -> None:
-        page_size = self._cache.shape.page_size
+        page_size = self._pages.page_size
         for request in list(self._admitted):
             if request.status is not RequestStatus.RUNNING:
                 continue  # prefilling, or preempted below while making room for an earlier one
@@ -187,11 +198,11 @@ class Scheduler:
                 if seq.running and seq.position // page_size >= len(seq.pages):
                     if not self._ensure_free_page(schedule, keep=request):
                         break
-                    seq.pages.append(self._cache.allocate())
+                    seq.pages.append(self._pages.allocate())
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""
-        while self._cache.free_pages == 0:
+        while self._pages.free_pages == 0:
             victim = self._admitted[-1]
             self._preempt(victim, schedule)
             if victim is keep:
@@ -213,7 +224,7 @@ class Scheduler:
 
     def _free(self, request: Request) -> None:
         for seq in request.sequences:
-            self._cache.release(seq.pages)
+            self._pages.release(seq.pages)
             seq.cached = 0
 
     def _admit(self, decoding: int) -> None:
@@ -224,7 +235,7 @@ class Scheduler:
         prefilling = [r for r in self._admitted if r.status is RequestStatus.PREFILLING]
         running_seqs = decoding + sum(1 for r in prefilling for s in r.sequences if s.running)
         outstanding = sum(
-            max(0, self._cache.shape.pages_for(s.reserved_tokens) - len(s.pages))
+            max(0, self._pages.pages_for(s.reserved_tokens) - len(s.pages))
             for r in self._admitted
             for s in r.sequences
             if s.running
@@ -233,11 +244,11 @@ class Scheduler:
             request = self._waiting[0][2]
             choices = [s for s in request.sequences if s.running]
             reserve = [self._reservation(request, s) for s in choices]
-            need = sum(self._cache.shape.pages_for(tokens) for tokens in reserve)
+            need = sum(self._pages.pages_for(tokens) for tokens in reserve)
             too_many = running_seqs + len(choices) > self.config.max_num_seqs
             # Strict order: a large head waits rather than being overtaken forever. With nothing
             # admitted (every admitted request has a running choice) it goes in alone.
-            if (too_many or need > self._cache.free_pages - outstanding) and running_seqs:
+            if (too_many or need > self._pages.free_pages - outstanding) and running_seqs:
                 return
             heapq.heappop(self._waiting)
             for seq, tokens in zip(choices, reserve, strict=True):
@@ -249,7 +260,7 @@ class Scheduler:
 
     def _reservation(self, request: Request, seq: Sequence) -> int:
         remaining = max(request.predicted_tokens - seq.generated, 1)
-        return min(len(seq.sampling.token_ids) + remaining, self._cache.shape.max_len)
+        return min(len(seq.token_ids) + remaining, self._pages.max_len)
 
     def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
@@ -267,11 +278,11 @@ class Scheduler:
                 if budget == 0:
                     return
                 end = min(target, seq.cached + budget)
-                pages_needed = self._cache.shape.pages_for(end) - len(seq.pages)
+                pages_needed = self._pages.pages_for(end) - len(seq.pages)
                 for _ in range(pages_needed):
                     if not self._ensure_free_page(schedule, keep=request):
                         return
-                    seq.pages.append(self._cache.allocate())
+                    seq.pages.append(self._pages.allocate())
                 samples: tuple[Sequence, ...] = ()
                 if index == len(targets) - 1 and end == target and request.fresh:
                     if not self._give_siblings_pages(request, schedule):
@@ -282,10 +293,24 @@ class Scheduler:
 
     def _give_siblings_pages(self, request: Request, schedule: Schedule) -> bool:
         """Pages for the other choices, which get a copy of the first choice's prompt."""
-        prompt_pages = self._cache.shape.pages_for(len(request.prompt_ids))
+        prompt_pages = self._pages.pages_for(len(request.prompt_ids))
         for seq in request.sequences[1:]:
             while len(seq.pages) < prompt_pages:
                 if not self._ensure_free_page(schedule, keep=request):
                     return False
-                seq.pages.append(self._cache.allocate())
+                seq.pages.append(self._pages.allocate())
         return True
+
+
+def _update(request: Request) -> RequestUpdate:
+    """What changed of `request` since its last update: each choice's new tokens, and how it stands."""
+    seqs = request.sequences
+    return RequestUpdate(
+        request_id=request.request_id,
+        token_ids=tuple(seq.take_new() for seq in seqs),
+        total_tokens=tuple(seq.generated for seq in seqs),
+        finish_reasons=tuple(seq.finish_reason for seq in seqs),
+        num_input_tokens=len(request.prompt_ids),
+        finished=request.finished,
+        arrival=request.arrival,
+    )

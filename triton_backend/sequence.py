@@ -1,20 +1,17 @@
-"""The engine's units of work: a request, its status, and the choices (sequences) it asks for. What a
-step hands out about them (`RequestOutput`, `FinishReason`) is plain data in `outputs`, which needs no
-torch. The scheduler alone moves a request from status to status."""
+"""The engine's units of work: a request, its status, and the choices (sequences) it asks for, as the
+scheduler keeps them: token ids, page tables, ends. No torch and no text: the engine keeps each
+choice's sampler state and text stream on its side, keyed by request id and choice index. What a step
+hands out about them (`RequestUpdate`, `FinishReason`) is plain data in `outputs`. The scheduler
+alone moves a request from status to status."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING
 
-from triton_backend.detokenizer import TextStream
 from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.outputs import FinishReason
 from triton_backend.sampling_params import SamplingParams
-
-if TYPE_CHECKING:  # the engine makes the states (torch generators); a sequence only holds one
-    from triton_backend.sampler import SamplingState
 
 
 class RequestStatus(Enum):
@@ -47,57 +44,49 @@ TRANSITIONS: dict[RequestStatus, frozenset[RequestStatus]] = {
 # field-by-field equality made every miss cost a dataclass comparison.
 @dataclass(eq=False)
 class Sequence:
-    """One choice: its own KV pages, sampler state and text stream."""
+    """One choice: its tokens, its KV pages, and how it ended."""
 
+    request_id: str
     index: int
-    sampling: SamplingState
-    text: TextStream
+    params: SamplingParams
+    token_ids: list[int]  # the prompt, then what it generated
+    generated: int = 0
     pages: list[int] = field(default_factory=list)
     cached: int = 0  # tokens whose keys and values are in the cache
     reserved_tokens: int = 0  # what admission set aside for this choice (prompt + predicted output)
     finish_reason: FinishReason | None = None
-    # Tokens produced since the last output, and the text they released.
-    new_token_ids: list[int] = field(default_factory=list)
-    new_text: str = ""
-
-    @property
-    def generated(self) -> int:
-        return self.sampling.generated
+    new_token_ids: list[int] = field(default_factory=list)  # produced since the last update handed out
 
     @property
     def last_token(self) -> int:
-        return self.sampling.token_ids[-1]
+        return self.token_ids[-1]
 
     @property
     def position(self) -> int:
         """Where the last token goes in the cache when it is decoded."""
-        return len(self.sampling.token_ids) - 1
+        return len(self.token_ids) - 1
 
     @property
     def running(self) -> bool:
         return self.finish_reason is None
 
-    def append(self, token: int) -> None:
-        """Take a sampled token: its text, and whether it ends the choice (EOS, a stop string, max_tokens)."""
-        state = self.sampling
-        state.token_ids.append(token)
-        state.generated += 1
+    def append(self, token: int, stop: bool = False) -> None:
+        """Take a sampled token and whether it ends the choice: `stop` (its text reached a stop string,
+        which the engine's detokenizer sees), EOS, or max_tokens."""
+        self.token_ids.append(token)
+        self.generated += 1
         self.new_token_ids.append(token)
-        self.new_text += self.text.push(token)
-        params = state.params
-        if self.text.stopped or (token == EOS_TOKEN_ID and not params.ignore_eos):
+        params = self.params
+        if stop or (token == EOS_TOKEN_ID and not params.ignore_eos):
             self.finish_reason = FinishReason.STOP
-        elif state.generated >= params.max_tokens:
+        elif self.generated >= params.max_tokens:
             self.finish_reason = FinishReason.LENGTH
-        if self.finish_reason is not None:
-            self.new_text += self.text.finish()
 
-    def take_new(self) -> tuple[str, tuple[int, ...]]:
-        """The text and token ids produced since the last call."""
-        text, ids = self.new_text, tuple(self.new_token_ids)
-        self.new_text = ""
+    def take_new(self) -> tuple[int, ...]:
+        """The token ids produced since the last call."""
+        ids = tuple(self.new_token_ids)
         self.new_token_ids.clear()
-        return text, ids
+        return ids
 
 
 @dataclass(eq=False)
@@ -110,6 +99,13 @@ class Request:
     predicted_tokens: int = 0  # S3's predicted output length of each choice
     preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
+
+    @classmethod
+    def with_choices(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> Request:
+        """A request with its `params.n` choices, each starting from the prompt."""
+        request = cls(request_id, list(prompt_ids), params, arrival)
+        request.sequences = [Sequence(request_id, i, params, list(prompt_ids)) for i in range(params.n)]
+        return request
 
     def move_to(self, status: RequestStatus) -> None:
         if status not in TRANSITIONS[self.status]:

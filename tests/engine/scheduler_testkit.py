@@ -5,24 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import torch
-
-from triton_backend.detokenizer import TextStream
-from triton_backend.kv_cache import CacheShape, PagedKVCache
+from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor, PredictorConfig
-from triton_backend.sampler import SamplingState
+from triton_backend.outputs import RequestUpdate
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
+from triton_backend.scheduler_interface import SampledTokens
 from triton_backend.sequence import Request, RequestStatus, Sequence
 
 PAGE = 16
 TOKEN = 7  # what every sampling choice gets
-VOCAB = [b"x"] * 256  # prompts use ids below this
 
 
-def make_cache(pages: int, max_len: int = 256) -> PagedKVCache:
-    shape = CacheShape(n_layer=1, n_head=1, head_dim=4, max_len=max_len, dtype=torch.float32, page_size=PAGE)
-    return PagedKVCache(shape, pages, torch.device("cpu"))
+def make_cache(pages: int, max_len: int = 256) -> PagePool:
+    return PagePool(pages, PAGE, max_len)
 
 
 def make_scheduler(
@@ -30,7 +26,7 @@ def make_scheduler(
     budget: int = 64,
     max_num_seqs: int = 8,
     predictor: LengthPredictor | None = None,
-    cache: PagedKVCache | None = None,
+    cache: PagePool | None = None,
 ) -> Scheduler:
     config = SchedulerConfig(prefill_chunk_tokens=budget, max_num_seqs=max_num_seqs)
     return Scheduler(config, cache or make_cache(pages), predictor or LengthPredictor())
@@ -45,11 +41,7 @@ def make_request(
     ignore_eos: bool = True,
 ) -> Request:
     params = SamplingParams(max_tokens=max_tokens, n=n, temperature=0.0, ignore_eos=ignore_eos, deadline=deadline)
-    request = Request(name, [1 + i % 200 for i in range(prompt)], params, arrival=0.0)
-    for index in range(n):
-        state = SamplingState(params, None, list(request.prompt_ids), 0)
-        request.sequences.append(Sequence(index, state, TextStream(VOCAB, params.stop)))
-    return request
+    return Request.with_choices(name, [1 + i % 200 for i in range(prompt)], params, arrival=0.0)
 
 
 def predicting(tokens: int, requests: Iterable[Request]) -> LengthPredictor:
@@ -65,12 +57,20 @@ def sampling(schedule: Schedule) -> list[Sequence]:
     return schedule.decode + [seq for chunk in schedule.prefill for seq in chunk.samples]
 
 
-def step(scheduler: Scheduler, tokens: dict[Sequence, int] | None = None) -> tuple[Schedule, list[Request]]:
+def sampled(tokens: dict[Sequence, int]) -> SampledTokens:
+    """`tokens` keyed as the engine hands them back: by request id, then choice index."""
+    by_request: dict[str, dict[int, int]] = {}
+    for seq, token in tokens.items():
+        by_request.setdefault(seq.request_id, {})[seq.index] = token
+    return SampledTokens(by_request)
+
+
+def step(scheduler: Scheduler, tokens: dict[Sequence, int] | None = None) -> tuple[Schedule, list[RequestUpdate]]:
     """One engine step: schedule, (no model), update with `TOKEN` for every sampling choice unless
     `tokens` names another."""
     schedule = scheduler.schedule()
-    sampled = {seq: (tokens or {}).get(seq, TOKEN) for seq in sampling(schedule)}
-    return schedule, scheduler.update(schedule, sampled)
+    given = {seq: (tokens or {}).get(seq, TOKEN) for seq in sampling(schedule)}
+    return schedule, scheduler.update_from_output(schedule, sampled(given))
 
 
 def plan(schedule: Schedule, requests: Iterable[Request]) -> tuple[list[str], list[tuple[str, int, int, int]]]:

@@ -17,12 +17,12 @@ import torch
 from engine_testkit import TickingClock, ids_of, make_engine, run, tiny_model
 
 from triton_backend.engine import Engine
+from triton_backend.engine_factory import engine_with
 from triton_backend.kv_cache import PagedKVCache
 from triton_backend.presets import build_model
 from triton_backend.runner import GPT2Runner, attention_scales, cache_shape
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import SchedulerConfig
-from triton_backend.tokenizer import token_bytes
 
 pytest.importorskip("triton")
 CUDA = torch.cuda.is_available()
@@ -184,7 +184,7 @@ def step_path_tokens() -> dict[str, list[list[int]]]:
     cache = PagedKVCache(cache_shape(model := tiny_model()), 64, torch.device("cpu"))
     graphs = GraphSteps(model, cache, attention_scales(model), 4, 16, capture=False, choices=choices)
     runner = GPT2Runner(model, cache, graphs=graphs, pack_cpu=False)  # our kernels stream transformers' own weights
-    engine = Engine(runner, token_bytes(), SchedulerConfig(prefill_chunk_tokens=16, max_num_seqs=4), TickingClock())
+    engine = engine_with(runner, SchedulerConfig(prefill_chunk_tokens=16, max_num_seqs=4), TickingClock())
     results = run(engine, ARRIVALS)
     return {name: [ids_of(result, i) for i in range(len(result.final.texts))] for name, result in results.items()}
 

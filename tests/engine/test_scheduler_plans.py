@@ -4,7 +4,7 @@ and a state built by hand that the engine's own runs never reach."""
 from __future__ import annotations
 
 import pytest
-from scheduler_testkit import make_cache, make_request, make_scheduler, plan, predicting, statuses, step
+from scheduler_testkit import make_cache, make_request, make_scheduler, plan, predicting, sampled, statuses, step
 
 from triton_backend.sequence import RequestStatus
 
@@ -40,7 +40,7 @@ def test_admission(pages, max_num_seqs, requests, admitted):
     scheduler = make_scheduler(pages, max_num_seqs=max_num_seqs)
     made = [make_request(name, prompt, max_tokens, n, deadline) for name, prompt, max_tokens, n, deadline in requests]
     for request in made:
-        scheduler.add(request)
+        scheduler.add_request(request)
         assert request.status is WAITING
     schedule = scheduler.schedule()
     assert [chunk.request.request_id for chunk in schedule.prefill] == admitted  # in admission order
@@ -53,10 +53,10 @@ def test_admission(pages, max_num_seqs, requests, admitted):
 def test_a_running_requests_reservation_holds_off_a_newcomer_until_it_finishes():
     scheduler = make_scheduler(4)
     a = make_request("a", 10, max_tokens=30)  # reserves 40 tokens: three pages, of which it holds one
-    scheduler.add(a)
+    scheduler.add_request(a)
     step(scheduler)
     b = make_request("b", 20, max_tokens=12)  # two pages: free, but one of them is a's
-    scheduler.add(b)
+    scheduler.add_request(b)
     steps = 1
     while a.status is not RequestStatus.FINISHED:
         schedule, _ = step(scheduler)
@@ -105,7 +105,7 @@ def test_prefill_chunks_and_the_step_a_request_starts_decoding(budget, arrivals,
     while scheduler.has_work or k in arrivals:
         for name, prompt, max_tokens, n in arrivals.get(k, []):
             made.append(make_request(name, prompt, max_tokens, n))
-            scheduler.add(made[-1])
+            scheduler.add_request(made[-1])
         schedule, _ = step(scheduler)
         got.append(plan(schedule, made))
         k += 1
@@ -116,7 +116,7 @@ def test_prefill_chunks_and_the_step_a_request_starts_decoding(budget, arrivals,
 def test_the_other_choices_get_copies_of_the_prompts_pages():
     scheduler = make_scheduler(32, budget=16)
     a = make_request("a", 20, max_tokens=4, n=3)
-    scheduler.add(a)
+    scheduler.add_request(a)
     first, *others = a.sequences
     schedule, _ = step(scheduler)
     assert (plan(schedule, [a])[1], schedule.page_copies) == ([("a.0", 0, 16, 0)], [])
@@ -155,7 +155,7 @@ def test_the_latest_admitted_request_is_preempted(budget, pages, arrivals, victi
     k = 1
     while scheduler.make_stats().preemptions == 0:
         for name, *_ in arrivals.get(k, []):
-            scheduler.add(by_name[name])
+            scheduler.add_request(by_name[name])
         schedule, _ = step(scheduler)
         assert k < 60, "no preemption"
         k += 1
@@ -172,7 +172,7 @@ def test_a_preempted_request_goes_first_recomputes_and_loses_no_token():
     scheduler = make_scheduler(8, predictor=predicting(16, made))
     a, b, c = made
     for request in made:
-        scheduler.add(request)
+        scheduler.add_request(request)
     for _ in range(18):
         step(scheduler)
     assert statuses(made) == {"a": RUNNING, "b": RUNNING, "c": RequestStatus.PREEMPTED}
@@ -180,7 +180,7 @@ def test_a_preempted_request_goes_first_recomputes_and_loses_no_token():
     # Its prediction was too short: it comes back against twice what it has generated.
     assert c.predicted_tokens == 34
     d = make_request("d", 4, max_tokens=4, deadline=0.001)  # an earlier deadline than any
-    scheduler.add(d)
+    scheduler.add_request(d)
     while a.status is not RequestStatus.FINISHED:
         schedule, _ = step(scheduler)
         assert schedule.prefill == []  # c needs four pages: never free while a and b run
@@ -190,7 +190,7 @@ def test_a_preempted_request_goes_first_recomputes_and_loses_no_token():
     while scheduler.has_work:
         step(scheduler)
     assert [r.sequences[0].generated for r in made + [d]] == [40, 40, 40, 4]
-    assert [len(r.sequences[0].sampling.token_ids) for r in made] == [16 + 40] * 3
+    assert [len(r.sequences[0].token_ids) for r in made] == [16 + 40] * 3
     stats = scheduler.make_stats()
     assert (stats.preemptions, stats.kv_pages_used, stats.running_requests) == (1, 0, 0)
 
@@ -228,6 +228,6 @@ def test_a_request_preempted_to_make_room_is_not_planned(first, later, budget, f
     planned = [(chunk.start, chunk.end) for chunk in schedule.prefill if chunk.request is a]
     assert planned == ([first_planned] if first_planned else [])
     # The step's work handed back, as the engine does: a request the plan completes starts decoding.
-    scheduler.update(schedule, {seq: 7 for chunk in schedule.prefill for seq in chunk.samples})
+    scheduler.update_from_output(schedule, sampled({seq: 7 for chunk in schedule.prefill for seq in chunk.samples}))
     assert a.status is (RUNNING if first_planned else RequestStatus.PREEMPTED)
     assert scheduler.make_stats().waiting_requests == (1 if first_planned else 2)

@@ -1,0 +1,151 @@
+"""One simulated replica that runs the engine's own scheduler, timed by an engine profile.
+
+``triton_backend.scheduler.Scheduler`` (torch-free) decides every step: admission against KV pages
+and S3's predicted lengths, chunked prefill, the decode batch, preemption when pages run out and the
+recomputation after it. This module only times what a ``Schedule`` holds and plays the model's part:
+
+- a step lasts ``decode_step_s(batch, context)`` for its decode rows (their mean context, or the
+  longest where the profile's engine pads attention to it: ``extra.decode_cost_context``), plus
+  ``P(end) - P(start)`` of the profile's prefill curve P for each chunk, recomputed ones included;
+- every choice that samples in a step gets a token when the step ends; a choice whose count reaches
+  its length in the workload is reported stopped (its EOS), so each choice ends where the trace says.
+
+It has ``nlgsim.replica.Replica``'s interface (``submit``, ``start``, ``finish``, ``decode_ahead``,
+the pod's ``metrics``) and records the same series, so the simulator can run either. It has no fast
+path: ``decode_ahead`` runs nothing ahead, and every step goes through the event queue.
+"""
+
+from __future__ import annotations
+
+from autoscaler.profile import DecodeCurve
+from nlgsim.instruments import PodInstruments
+from nlgsim.profile import EngineProfile
+from nlgsim.replica import OnDone, RequestState
+from triton_backend.kv_pages import PagePool
+from triton_backend.length_predictor import LengthPredictor
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
+from triton_backend.scheduler_interface import SampledTokens
+from triton_backend.sequence import Request
+
+TOKEN = 0  # what every choice samples: the scheduler never reads a token's value
+
+
+class ScheduledReplica:
+    """A continuous-batching engine: the real scheduler, the profile's clock. The simulator calls
+    ``submit``, ``start`` and ``finish``."""
+
+    def __init__(self, index: int, profile: EngineProfile, on_done: OnDone) -> None:
+        self.index = index
+        self.profile = profile
+        self.on_done = on_done
+        self.metrics = PodInstruments()
+        config = SchedulerConfig(prefill_chunk_tokens=profile.prefill_chunk_tokens, max_num_seqs=profile.max_batch)
+        pages = PagePool(profile.total_pages, profile.page_size, profile.max_context)
+        self.scheduler = Scheduler(config, pages, LengthPredictor())
+        self.busy = False
+        self.outstanding = 0  # requests submitted and not finished
+        self._states: dict[str, RequestState] = {}
+        self._schedule: Schedule | None = None
+        self._t0 = 0.0
+        self._curves: dict[int, DecodeCurve] = {}
+        self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
+
+    def submit(self, state: RequestState) -> None:
+        req = state.request
+        params = SamplingParams(max_tokens=max(req.output_tokens), n=req.choices, temperature=0.0, ignore_eos=True)
+        key = str(req.id)
+        try:
+            self.scheduler.add_request(Request.with_choices(key, [TOKEN] * req.prompt_tokens, params, req.arrival))
+        except ValueError as err:
+            raise ValueError(f"request {req.id}: {err} (the profile's max_batch)") from None
+        state.replica = self.index
+        state.choices_left = req.choices
+        self._states[key] = state
+        self.outstanding += 1
+        self.metrics.requests_waiting = self.scheduler.num_waiting
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    def start(self, now: float) -> float:
+        """Begin one engine step at ``now``; returns when it ends. Call only when ``has_work()``."""
+        self.busy = True
+        self._t0 = now
+        schedule = self._schedule = self.scheduler.schedule()
+        t = now
+        decode = schedule.decode
+        if decode:
+            contexts = [len(seq.token_ids) for seq in decode]
+            context = max(contexts) if self._pad_to_longest else sum(contexts) / len(contexts)
+            t += self._curve(len(decode))(context)
+        p = self.profile
+        for chunk in schedule.prefill:
+            t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
+        for chunk in schedule.prefill:
+            state = self._states[chunk.request.request_id]
+            if state.admitted < 0:  # its first chunk: admitted by this schedule
+                state.admitted = now
+        self.metrics.requests_waiting = self.scheduler.num_waiting
+        return t
+
+    def finish(self, now: float) -> None:
+        """End the step started last; ``now`` is the time ``start`` returned."""
+        schedule, self._schedule = self._schedule, None
+        assert schedule is not None, "finish without a step started"
+        m = self.metrics
+        decoded = len(schedule.decode)
+        if decoded:
+            m.inter_token_latency.observe(now - self._t0, decoded)
+        tokens: dict[str, dict[int, int]] = {}
+        stopped: set[tuple[str, int]] = set()
+        for seqs in (schedule.decode, *(chunk.samples for chunk in schedule.prefill)):
+            for seq in seqs:
+                request_id = seq.request_id
+                tokens.setdefault(request_id, {})[seq.index] = TOKEN
+                if seq.generated + 1 >= self._states[request_id].request.output_tokens[seq.index]:
+                    stopped.add((request_id, seq.index))
+        for update in self.scheduler.update_from_output(schedule, SampledTokens(tokens, stopped)):
+            state = self._states[update.request_id]
+            req = state.request
+            given = sum(len(ids) for ids in update.token_ids)
+            m.generation_tokens += given
+            if state.first_token < 0:
+                state.first_token = now
+                m.prompt_tokens += req.prompt_tokens
+                for _ in range(req.choices):
+                    m.time_to_first_token.observe(now - req.arrival)
+            for ids, reason, total in zip(update.token_ids, update.finish_reasons, update.total_tokens, strict=True):
+                if ids and reason is not None:
+                    self._finish_choice(state, total, now)
+        self.busy = False
+        stats = self.scheduler.make_stats()
+        m.requests_running = stats.running_requests
+        m.requests_waiting = stats.waiting_requests
+        m.kv_cache_usage = stats.kv_usage
+
+    def decode_ahead(self, end: float, until: float) -> float:
+        """``Replica.decode_ahead``'s seam with nothing run ahead: the step in progress ends at ``end``."""
+        return end
+
+    def _curve(self, batch: int) -> DecodeCurve:
+        curve = self._curves.get(batch)
+        if curve is None:
+            curve = self._curves[batch] = self.profile.decode_curve(batch)
+        return curve
+
+    def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
+        req = state.request
+        latency = t - req.arrival
+        tpot = latency / tokens
+        state.per_token = max(state.per_token, tpot)
+        self.metrics.time_per_output_token.observe(tpot)
+        state.choices_left -= 1
+        if state.choices_left > 0:
+            return
+        del self._states[str(req.id)]
+        state.finish = t
+        self.metrics.request_latency.observe(latency)
+        self.metrics.requests_finished += 1
+        self.outstanding -= 1
+        self.on_done(state, t)

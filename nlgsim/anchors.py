@@ -91,17 +91,20 @@ def kpa_decide(window: WindowStats, spec: ScalerSpec, state: KpaState, now: floa
     target = KPA_TARGET_CONCURRENCY * KPA_TARGET_UTILIZATION
     up = math.ceil(KPA_MAX_SCALE_UP_RATE * ready)
     down = math.floor(ready / KPA_MAX_SCALE_DOWN_RATE)
-    stable_pods = min(max(math.ceil(stable / target), down), up)
-    panic_pods = min(max(math.ceil(panic / target), down), up)
-    over = panic_pods / ready >= KPA_PANIC_THRESHOLD
+    stable_wanted, panic_wanted = math.ceil(stable / target), math.ceil(panic / target)  # Scale's dspc, dppc
+    stable_pods = min(max(stable_wanted, down), up)
+    panic_pods = min(max(panic_wanted, down), up)
+    over = panic_wanted / ready >= KPA_PANIC_THRESHOLD
     panic_since = state.panic_since
-    if over and panic_since is None:
-        panic_since = now
-    elif panic_since is not None and not over and now - panic_since >= KPA_STABLE_WINDOW_S:
-        panic_since = None
+    if over:
+        panic_since = now  # begins the panic, or extends it
+    elif panic_since is not None and now - panic_since > KPA_STABLE_WINDOW_S:
+        panic_since = None  # the surge has made its way into the stable window
+    max_panic = 0
     if panic_since is not None:
-        want = max(panic_pods, state.panic_pods, current)
-        mode = f"panic since {panic_since:g} s"
+        # No scale-down while panicking: the most pods asked for since it began.
+        max_panic = want = max(stable_pods, panic_pods, state.panic_pods)
+        mode = f"panic (last over the threshold at {panic_since:g} s)"
     else:
         want = stable_pods
         mode = "stable"
@@ -111,7 +114,7 @@ def kpa_decide(window: WindowStats, spec: ScalerSpec, state: KpaState, now: floa
         f"KPA {mode}: in flight {stable:.3g} (stable {KPA_STABLE_WINDOW_S:g} s), {panic:.3g} (panic "
         f"{panic_window:g} s) over {target:g} per pod, {ready} ready: {current} -> {desired}"
     )
-    new = KpaState(desired, samples, panic_since, max(state.panic_pods, want) if panic_since is not None else 0)
+    new = KpaState(desired, samples, panic_since, max_panic)
     return Decision(desired, current, True, reason, values), new
 
 

@@ -11,8 +11,8 @@ recomputation after it. This module only times what a ``Schedule`` holds and pla
   its length in the workload is reported stopped (its EOS), so each choice ends where the trace says.
 
 It has ``nlgsim.replica.Replica``'s interface (``submit``, ``start``, ``finish``, ``decode_ahead``,
-the pod's ``metrics``) and records the same series, so the simulator can run either. It has no fast
-path: ``decode_ahead`` runs nothing ahead, and every step goes through the event queue.
+the pod's ``metrics``) and records the same series, so the simulator can run either; its
+``decode_ahead`` has the scheduler run the steps between events at once.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import OnDone, RequestState
+from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.sampling_params import SamplingParams
@@ -46,6 +47,7 @@ class ScheduledReplica:
         self.busy = False
         self.outstanding = 0  # requests submitted and not finished
         self._states: dict[str, RequestState] = {}
+        self._targets: dict[str, tuple[int, ...]] = {}  # each choice's length in the workload
         self._schedule: Schedule | None = None
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
@@ -62,6 +64,7 @@ class ScheduledReplica:
         state.replica = self.index
         state.choices_left = req.choices
         self._states[key] = state
+        self._targets[key] = req.output_tokens
         self.outstanding += 1
         self.metrics.requests_waiting = self.scheduler.num_waiting
 
@@ -103,7 +106,7 @@ class ScheduledReplica:
             for seq in seqs:
                 request_id = seq.request_id
                 tokens.setdefault(request_id, {})[seq.index] = TOKEN
-                if seq.generated + 1 >= self._states[request_id].request.output_tokens[seq.index]:
+                if seq.generated + 1 >= self._targets[request_id][seq.index]:
                     stopped.add((request_id, seq.index))
         for update in self.scheduler.update_from_output(schedule, SampledTokens(tokens, stopped)):
             state = self._states[update.request_id]
@@ -119,14 +122,53 @@ class ScheduledReplica:
                 if ids and reason is not None:
                     self._finish_choice(state, total, now)
         self.busy = False
-        stats = self.scheduler.make_stats()
+        self._record(self.scheduler.make_stats())
+
+    def decode_ahead(self, end: float, until: float) -> float:
+        """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
+        a step ends before ``until`` and no choice ends in it; returns when the step then in progress
+        ends. ``until`` is the caller's promise that nothing reaches or reads this replica before then
+        (``Replica.decode_ahead``'s contract). The scheduler runs the steps (``run_decode_steps``: it
+        stops before one that needs a page that is not free); each is timed and recorded with the
+        arithmetic of ``start`` and ``finish``, so the run is the same, bit for bit, as stepping."""
+        schedule = self._schedule
+        assert schedule is not None, "decode_ahead without a step started"
+        decode = schedule.decode
+        if schedule.prefill or not decode or end >= until:
+            return end
+        targets = self._targets
+        room = min(targets[seq.request_id][seq.index] - seq.generated for seq in decode) - 1
+        if room < 1:
+            return end  # a choice ends in the step in progress
+        batch = len(decode)
+        curve = self._curve(batch)
+        contexts = [len(seq.token_ids) for seq in decode]
+        longest, total = max(contexts), sum(contexts)
+        ends = [end]  # of the step in progress, then of each step after it that ends before `until`
+        while len(ends) < room:
+            context = longest + len(ends) if self._pad_to_longest else (total + batch * len(ends)) / batch
+            step_end = ends[-1] + curve(context)
+            if step_end >= until:
+                break
+            ends.append(step_end)
+        steps = self.scheduler.run_decode_steps(schedule, len(ends), TOKEN)
+        if steps == 0:
+            return end
+        itl = self.metrics.inter_token_latency
+        start = self._t0
+        for step_end in ends[:steps]:
+            itl.observe(step_end - start, batch)
+            start = step_end
+        self.metrics.generation_tokens += batch * steps
+        self._record(self.scheduler.make_stats())
+        self._schedule = None
+        return self.start(ends[steps - 1])
+
+    def _record(self, stats: EngineStats) -> None:
+        m = self.metrics
         m.requests_running = stats.running_requests
         m.requests_waiting = stats.waiting_requests
         m.kv_cache_usage = stats.kv_usage
-
-    def decode_ahead(self, end: float, until: float) -> float:
-        """``Replica.decode_ahead``'s seam with nothing run ahead: the step in progress ends at ``end``."""
-        return end
 
     def _curve(self, batch: int) -> DecodeCurve:
         curve = self._curves.get(batch)
@@ -143,7 +185,7 @@ class ScheduledReplica:
         state.choices_left -= 1
         if state.choices_left > 0:
             return
-        del self._states[str(req.id)]
+        del self._states[str(req.id)], self._targets[str(req.id)]
         state.finish = t
         self.metrics.request_latency.observe(latency)
         self.metrics.requests_finished += 1

@@ -177,6 +177,44 @@ class Scheduler:
             del self.requests[request.request_id]
         return [_update(request) for request in updated]
 
+    def run_decode_steps(self, schedule: Schedule, steps: int, token: int) -> int:
+        """Hands back `schedule` and runs up to `steps - 1` more steps like it at once, every choice of
+        its batch taking `token` each step: the simulator's fast path over the steps in which nothing
+        but the batch's lengths changes. The caller promises that none of those tokens ends a choice
+        and that no request arrives meanwhile; it takes no updates for them. Returns the steps run,
+        `schedule`'s included: 0 where `schedule` prefills (the caller steps it as usual), fewer than
+        `steps` where a later one would need a page that is not free (its schedule preempts).
+
+        Admission cannot change on the way: a head the step's schedule left waiting for lack of batch
+        room waits until a choice ends; one waiting for pages sees the free pages less the running
+        choices' outstanding reservations only shrink (a page taken within a reservation lowers both,
+        one taken beyond it only the free ones). Pages are taken per sequence, not step by step as
+        `schedule` takes them: the numbers differ, what each sequence holds does not."""
+        seqs = schedule.decode
+        if schedule.prefill or not seqs or steps < 1:
+            return 0
+        steps = min(steps, min(seq.params.max_tokens - seq.generated for seq in seqs) - 1)
+        pages_for, free = self._pages.pages_for, self._pages.free_pages
+        lengths = [len(seq.token_ids) for seq in seqs]  # each step i after this one decodes position length + i - 1
+
+        def needed(run: int) -> int:
+            return sum(max(0, pages_for(n + run - 1) - len(s.pages)) for s, n in zip(seqs, lengths, strict=True))
+
+        if steps < 1:
+            return 0
+        low, high = 1, steps  # needed(1) is 0: this step's pages were taken when it was scheduled
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)
+        steps = low
+        for seq, length in zip(seqs, lengths, strict=True):
+            seq.token_ids.extend([token] * steps)
+            seq.generated += steps
+            seq.cached = length + steps - 1
+            for _ in range(pages_for(length + steps - 1) - len(seq.pages)):
+                seq.pages.append(self._pages.allocate())
+        return steps
+
     def make_stats(self) -> EngineStats:
         return EngineStats(
             running_requests=len(self._admitted),

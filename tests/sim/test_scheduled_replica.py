@@ -10,22 +10,26 @@ and runs ``max_batch`` choices whatever the cache holds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 from sim_testkit import paper_profile
 
-from nlgsim.profile import EngineProfile
+import nlgsim.cluster
+from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.replica import Replica, RequestState
 from nlgsim.scheduled_replica import ScheduledReplica
+from nlgsim.simulator import RunLog, Scenario, Simulation
 from nlgsim.workload import COMPLEX, SIMPLE, QueryType, Request, thesis_requests
 
 Either = Replica | ScheduledReplica
 
 
-def drive(replica: Either, requests: list[Request]) -> tuple[dict[int, RequestState], list[float]]:
-    """Steps back to back while there is work, arrivals between steps (the simulator's order).
-    Returns each request's state and the requests running after each step."""
+def drive(replica: Either, requests: list[Request], ahead: bool = False) -> tuple[dict[int, RequestState], list[float]]:
+    """Steps back to back while there is work, arrivals between steps (the simulator's order); with
+    `ahead`, runs the steps before the next arrival through `decode_ahead`, as the simulator does.
+    Returns each request's state and the requests running after each step that went through `finish`."""
     states = {r.id: RequestState(r) for r in requests}
     pending = sorted(states.values(), key=lambda s: (s.request.arrival, s.request.id))
     now, i, running = 0.0, 0, []
@@ -36,6 +40,8 @@ def drive(replica: Either, requests: list[Request]) -> tuple[dict[int, RequestSt
             replica.submit(pending[i])
             i += 1
         now = replica.start(now)
+        if ahead:
+            now = replica.decode_ahead(now, pending[i].request.arrival if i < len(pending) else math.inf)
         replica.finish(now)
         running.append(replica.metrics.requests_running)
     return states, running
@@ -111,3 +117,39 @@ def test_a_request_with_more_choices_than_the_batch_is_refused_naming_it():
     replica = ScheduledReplica(0, paper_profile(max_batch=2), lambda s, t: None)
     with pytest.raises(ValueError, match="request 7: n: 4 is above this instance's max_num_seqs"):
         replica.submit(RequestState(Request(7, 0.0, 10, (3, 3, 3, 3))))
+
+
+@pytest.mark.parametrize("kv_pages", [0, 40], ids=["default-cache", "40-pages"])
+def test_steps_run_ahead_give_the_stepped_run_bit_for_bit(kv_pages: int):
+    profile = replace(paper_profile(max_batch=16, chunk=32), kv_pages=kv_pages)
+    requests = thesis_requests(COMPLEX, 8.0, 150, seed=4)
+    runs = [drive(ScheduledReplica(0, profile, lambda s, t: None), requests, ahead) for ahead in (False, True)]
+    (stepped, _), (ahead, _) = runs
+    assert times(ahead) == times(stepped)  # equal floats, not approximately
+    assert [s.admitted for s in ahead.values()] == [s.admitted for s in stepped.values()]
+
+
+def outcome(log: RunLog) -> tuple[object, ...]:
+    states = [(s.request.id, s.replica, s.first_token, s.finish, s.per_token) for s in log.states]
+    loops = [(r.time, r.current, r.desired, r.reason) for r in log.loops]
+    return states, log.pod_changes, loops, log.end
+
+
+@pytest.mark.parametrize(
+    ("profile", "rate"),
+    [
+        ("benchmarks/profiles/cpu-gpt2-fp32.json", 3.0),  # pads decode to the longest context
+        ("benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json", 6.0),
+    ],
+)
+def test_the_simulator_with_the_schedulers_replica_runs_as_with_the_copy(profile: str, rate: float, monkeypatch):
+    """The whole simulator, an autoscaler's rounds and pods starting included, with the cluster's
+    replicas swapped for the scheduler's (what switching ``nlgsim.replica`` would do): the same run,
+    with steps run ahead of the queue and without."""
+    scenario = Scenario(
+        load_profile(profile), thesis_requests(COMPLEX, rate, 400, seed=2, ramp_s=30.0), initial_replicas=2
+    )
+    copy = outcome(Simulation(scenario).run())
+    monkeypatch.setattr(nlgsim.cluster, "Replica", ScheduledReplica)
+    for ahead in (True, False):
+        assert outcome(Simulation(scenario, ahead=ahead).run()) == copy

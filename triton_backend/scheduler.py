@@ -202,7 +202,7 @@ class Scheduler:
 
         if steps < 1:
             return 0
-        low, high = 1, steps  # needed(1) is 0: this step's pages were taken when it was scheduled
+        low, high = (steps, steps) if needed(steps) <= free else (1, steps - 1)  # needed(1) is 0
         while low < high:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)

@@ -17,13 +17,18 @@ import pytest
 from sim_testkit import paper_profile
 
 import nlgsim.cluster
+from autoscaler.config import ScalerSpec
+from nlgsim.experiment import build_policy, planner_config
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.replica import Replica, RequestState
 from nlgsim.scheduled_replica import ScheduledReplica
 from nlgsim.simulator import RunLog, Scenario, Simulation
+from nlgsim.slo import SLO
 from nlgsim.workload import COMPLEX, SIMPLE, QueryType, Request, thesis_requests
 
 Either = Replica | ScheduledReplica
+SPEC = ScalerSpec(type="pertoken", threshold=20, time_window=30, max_deployment_count=8, stabilization_window=60)
+SLO_TRACE = SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken"))
 
 
 def drive(replica: Either, requests: list[Request], ahead: bool = False) -> tuple[dict[int, RequestState], list[float]]:
@@ -135,21 +140,25 @@ def outcome(log: RunLog) -> tuple[object, ...]:
     return states, log.pod_changes, loops, log.end
 
 
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
 @pytest.mark.parametrize(
     ("profile", "rate"),
     [
         ("benchmarks/profiles/cpu-gpt2-fp32.json", 3.0),  # pads decode to the longest context
         ("benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json", 6.0),
     ],
+    ids=["cpu-max-context", "t4"],
 )
-def test_the_simulator_with_the_schedulers_replica_runs_as_with_the_copy(profile: str, rate: float, monkeypatch):
-    """The whole simulator, an autoscaler's rounds and pods starting included, with the cluster's
-    replicas swapped for the scheduler's (what switching ``nlgsim.replica`` would do): the same run,
-    with steps run ahead of the queue and without."""
-    scenario = Scenario(
-        load_profile(profile), thesis_requests(COMPLEX, rate, 400, seed=2, ramp_s=30.0), initial_replicas=2
-    )
+def test_the_simulator_with_the_schedulers_replica_runs_as_with_the_copy(profile, rate, routing, monkeypatch):
+    """The whole simulator, the autoscaler's rounds (pertoken:20) and pods starting included, with the
+    cluster's replicas swapped for the scheduler's (what switching ``nlgsim.replica`` would do): the
+    same run as with the copy, with steps run ahead of the queue and without."""
+    engine = load_profile(profile)
+    requests = thesis_requests(COMPLEX, rate, 300, seed=3, ramp_s=5.0)
+    built, initial = build_policy("pertoken:20", SPEC, planner_config(engine, requests, SLO_TRACE, 5.0, None))
+    scenario = Scenario(engine, requests, built, initial_replicas=initial, routing=routing, startup_s=8.0)
     copy = outcome(Simulation(scenario).run())
+    assert len(copy[1]) > 1  # the autoscaler changed the pods
     monkeypatch.setattr(nlgsim.cluster, "Replica", ScheduledReplica)
     for ahead in (True, False):
         assert outcome(Simulation(scenario, ahead=ahead).run()) == copy

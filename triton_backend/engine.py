@@ -25,8 +25,6 @@ from triton_backend.scheduler import Schedule
 from triton_backend.scheduler_interface import SampledTokens, SchedulerInterface
 from triton_backend.sequence import Request, Sequence
 
-Choice = tuple[str, int]  # (request id, choice index)
-
 
 class Engine:
     def __init__(
@@ -81,14 +79,15 @@ class Engine:
         if schedule.page_copies:
             self.cache.copy_pages(schedule.page_copies)
         sampled = self._sample(schedule, decode_logits, chunk_logits)
-        texts: dict[Choice, str] = {}
-        stopped: set[Choice] = set()
+        texts: dict[str, list[str]] = {}  # each choice's new text, by request
+        stopped: set[tuple[str, int]] = set()
         for request_id, tokens in sampled.items():
             choices = self._choices[request_id]
+            new = texts[request_id] = [""] * len(choices)
             for index, token in tokens.items():
                 state, stream = choices[index]
                 state.append(token)
-                texts[request_id, index] = stream.push(token)
+                new[index] = stream.push(token)
                 if stream.stopped:
                     stopped.add((request_id, index))
         updates = self.scheduler.update_from_output(schedule, SampledTokens(sampled, stopped))
@@ -119,22 +118,18 @@ class Engine:
                     take(seqs, row.unsqueeze(0).expand(len(seqs), -1).clone())
         return sampled
 
-    def _output(self, update: RequestUpdate, now: float, texts: dict[Choice, str]) -> RequestOutput:
+    def _output(self, update: RequestUpdate, now: float, texts: dict[str, list[str]]) -> RequestOutput:
         """The update with each choice's new text; a choice that ended releases what its stream held back."""
         request_id = update.request_id
-        streams = [stream for _, stream in self._choices[request_id]]
-        if update.finished:
-            del self._choices[request_id]
-        text = []
-        for index, (ids, reason) in enumerate(zip(update.token_ids, update.finish_reasons, strict=True)):
-            new = texts.get((request_id, index), "")
-            if ids and reason is not None:  # it ended with a token of this step
-                new += streams[index].finish()
-            text.append(new)
+        choices = self._choices.pop(request_id) if update.finished else self._choices[request_id]
+        new = texts.get(request_id) or [""] * len(choices)
+        for index, reason in enumerate(update.finish_reasons):
+            if reason is not None and update.token_ids[index]:  # it ended with a token of this step
+                new[index] += choices[index][1].finish()
         return RequestOutput(
             request_id=request_id,
             time=now,
-            texts=tuple(text),
+            texts=tuple(new),
             token_ids=update.token_ids,
             total_tokens=update.total_tokens,
             finish_reasons=update.finish_reasons,

@@ -17,6 +17,8 @@ the pod's ``metrics``) and records the same series, so the simulator can run eit
 
 from __future__ import annotations
 
+from collections import deque
+
 from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
 from nlgsim.profile import EngineProfile
@@ -27,7 +29,7 @@ from triton_backend.length_predictor import LengthPredictor
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
 from triton_backend.scheduler_interface import SampledTokens
-from triton_backend.sequence import Request
+from triton_backend.sequence import Request, RequestStatus
 
 TOKEN = 0  # what every choice samples: the scheduler never reads a token's value
 
@@ -49,6 +51,9 @@ class ScheduledReplica:
         self._states: dict[str, RequestState] = {}
         self._targets: dict[str, tuple[int, ...]] = {}  # each choice's length in the workload
         self._schedule: Schedule | None = None
+        # Submitted and still waiting, in submission order: the order the scheduler admits them in
+        # (the replays set no deadline, so its earliest-deadline order is first come, first served).
+        self._queued: deque[tuple[RequestState, Request]] = deque()
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
@@ -57,14 +62,16 @@ class ScheduledReplica:
         req = state.request
         params = SamplingParams(max_tokens=max(req.output_tokens), n=req.choices, temperature=0.0, ignore_eos=True)
         key = str(req.id)
+        request = Request.with_choices(key, [TOKEN] * req.prompt_tokens, params, req.arrival)
         try:
-            self.scheduler.add_request(Request.with_choices(key, [TOKEN] * req.prompt_tokens, params, req.arrival))
+            self.scheduler.add_request(request)
         except ValueError as err:
             raise ValueError(f"request {req.id}: {err} (the profile's max_batch)") from None
         state.replica = self.index
         state.choices_left = req.choices
         self._states[key] = state
         self._targets[key] = req.output_tokens
+        self._queued.append((state, request))
         self.outstanding += 1
         self.metrics.requests_waiting = self.scheduler.num_waiting
 
@@ -85,10 +92,9 @@ class ScheduledReplica:
         p = self.profile
         for chunk in schedule.prefill:
             t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
-        for chunk in schedule.prefill:
-            state = self._states[chunk.request.request_id]
-            if state.admitted < 0:  # its first chunk: admitted by this schedule
-                state.admitted = now
+        queued = self._queued
+        while queued and queued[0][1].status is not RequestStatus.WAITING:
+            queued.popleft()[0].admitted = now
         self.metrics.requests_waiting = self.scheduler.num_waiting
         return t
 

@@ -305,7 +305,7 @@ def decide(
     if desired != limited:
         steps.append(f"bounds [{spec.min_deployment_count}, {spec.max_deployment_count}] give {desired}")
     if combined == current and desired == current and all(p == current for p in proposals.values()):
-        steps[0] = "within tolerance" if calm else "no change needed"
+        steps[0] = "within tolerance" if calm else ("held" if 0 < serving < current else "no change needed")
     reason = "; ".join(notes) + f" ({'; '.join(steps)}): {current} -> {desired}"
     events = record_event(state.events, now, current, desired, spec)
     return Decision(desired, current, True, reason, values), PolicyState(desired, kept, events)

@@ -75,7 +75,7 @@ class GPT2Model:
         name, version = args["model_name"], args["model_version"]
         watch_stop(server.http_url, name, str(version), busy=self._busy, on_stopping=self._drain)
         log.info(
-            "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %.1f full-context sequences)",
+            "%s instance %s: %s%s%s; KV cache %d pages of %d tokens (%.0f MiB, %d full-context sequences)",
             args["model_name"],
             args.get("model_instance_name", ""),
             info.describe(),
@@ -86,7 +86,7 @@ class GPT2Model:
             cache.num_pages,
             shape.page_size,
             cache.num_pages * shape.bytes_per_page / 2**20,
-            cache.num_pages / shape.pages_per_sequence,
+            cache.num_pages // shape.pages_per_sequence,  # whole sequences, as engine_factory's line says
         )
         if info.random_weights:
             log.warning(

@@ -17,6 +17,7 @@ ExperimentKey = Literal[
     "thesis-step", "thesis-ramp", "thesis-warm-step", "thesis-cal-ramp",
     "thesis-tuning", "thesis-families", "thesis-cal-tuning", "thesis-cal-families",
     "trace-code-h100", "trace-conv-h100", "trace-conv-t4",
+    "trace-code-h100-x10", "trace-conv-h100-x10", "trace-conv-h100-x30", "trace-code-h100-x30",
 ]  # fmt: skip
 
 T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-derived.json"
@@ -93,11 +94,19 @@ def _thesis(key: ExperimentKey, title: str, profile: str, *extra: str) -> Experi
     return Experiment(key, title, ("--protocol", "thesis", "--profile", profile, "--workload", "complex:10", *extra))
 
 
-def _trace(key: ExperimentKey, title: str, profile: str, trace: str, policies: tuple[str, ...]) -> Experiment:
+def _trace(
+    key: ExperimentKey, title: str, profile: str, trace: str, policies: tuple[str, ...], scale: int = 1
+) -> Experiment:
     return Experiment(key, title, (
         "--protocol", "trace", "--profile", profile, "--workload", f"trace:{TRACES}/{trace}.csv",
-        "--map-lengths", TRACE_LENGTHS, *_policies(*policies),
+        "--map-lengths", TRACE_LENGTHS, *(("--scale", str(scale)) if scale > 1 else ()), *_policies(*policies),
     ))  # fmt: skip
+
+
+#: What every fleet-scale table compares: the project's policies and the anchors at their defaults
+#: (nlgsim/anchors.py); each experiment adds the fixed fleets around its best one, so the best fixed
+#: fleet in hindsight (the fewest replicas reaching the target) is one of its rows.
+FLEET = ("planner", "pertoken:15 w30", "kpa", "keda-waiting")
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -127,16 +136,33 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
         ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:2000", "request:5000",
-         "fixed:1", "fixed:2"),
+         "kpa", "keda-waiting", "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
-        ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", "fixed:1"),
+        ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", "kpa", "keda-waiting",
+         "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",
         ("planner", "planner:0.9", "planner s600", *_pertoken((25, 30, 40)), "request:10000", "request:20000",
          "fixed:2", "fixed:3", "fixed:4"),
+    ),  # fmt: skip
+    _trace(
+        "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",
+        (*FLEET, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
+    ),  # fmt: skip
+    _trace(
+        "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
+        (*FLEET, "fixed:5", "fixed:6", "fixed:7"), scale=10,
+    ),  # fmt: skip
+    _trace(
+        "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",
+        (*FLEET, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
+    ),  # fmt: skip
+    _trace(
+        "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
+        (*FLEET, *(f"fixed:{n}" for n in range(20, 49, 4))), scale=30,
     ),  # fmt: skip
 )
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scaling import analysis, render, runner
+from benchmarks.scaling import analysis, fleet, render, runner
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES, experiment
 from benchmarks.scaling.runner import RESULTS, plan_of
 from nlgsim.protocol import PROTOCOLS, ProtocolResult, Replicate, RunKey, RunResult, plan_json
@@ -34,8 +34,13 @@ def test_the_committed_report_is_the_committed_results_rendered(committed):
 
 
 def test_each_tables_command_is_the_plan_its_numbers_came_from(committed):
-    assert set(committed["experiments"]) == {e.key for e in EXPERIMENTS}
+    keys = {e.key for e in EXPERIMENTS}
+    # A fleet-scale experiment may be not run yet: the report says so in its rows.
+    assert set(committed["experiments"]) <= keys
+    assert keys - set(committed["experiments"]) <= {key for _, _, key in fleet.ROWS}
     for exp in EXPERIMENTS:
+        if exp.key not in committed["experiments"]:
+            continue
         assert plan_json(plan_of(exp)) == committed["experiments"][exp.key]["command"], exp.key
         # The command the report prints is, word for word, the arguments the plan was made from.
         words = shlex.split(exp.command().replace("\\\n", " "))

@@ -1,0 +1,81 @@
+"""The fleet-scale section's verdicts on results made by hand: the best fixed fleet in hindsight, the
+cheapest policy of this project at the target, and each row's goal."""
+
+from __future__ import annotations
+
+import math
+
+from benchmarks.scaling import fleet
+from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
+from nlgsim.results import Summary
+
+
+def summary(name: str, attainment: float, gpu: float, peak: int) -> Summary:
+    return Summary(
+        name=name, requests=1000, violations={"request": 0, "ttft": 0, "pertoken": 0}, attainment=attainment,
+        gpu_seconds=gpu, first_scale_s=math.nan, max_replicas=peak, latency_p50_s=1.0, latency_p99_s=2.0,
+        ttft_p50_s=0.1, ttft_p99_s=0.2, per_token_p50_s=0.02, per_token_p99_s=0.03, end_s=500.0,
+        attainment_feasible=attainment,
+    )  # fmt: skip
+
+
+def made(runs: dict[str, tuple[float, float]], oracle: float = 1000.0, paid: float = 1100.0) -> ProtocolResult:
+    """One window: per policy (attainment, GPU-seconds); the window's oracle and start-up bound."""
+    timeline = ((0.0, 2), (10.0, 3), (20.0, 3), (30.0, 2))
+    return ProtocolResult(
+        protocol="trace", command={"policies": list(runs), "slo": {"target": 0.99}}, profile="hand",
+        workload="made by hand", slo="", feasibility="",
+        replicates=(Replicate(0, "window 0", 60.0, 900.0, 2, 1000, 0.0, oracle, paid),),
+        runs=tuple(
+            RunResult(RunKey(p, 0), summary(p, a, g, int(p.partition(":")[2]) if p.startswith("fixed") else 3),
+                      () if p.startswith("fixed") else timeline)
+            for p, (a, g) in runs.items()
+        ),
+        oracle=OracleSummary(30.0, (1, 2, 3), 1000.0, (), 0, 60.0, 64),
+    )  # fmt: skip
+
+
+RESULT = made({
+    "planner": (0.995, 1200.0),
+    "pertoken:15 w30": (0.999, 3000.0),
+    "kpa": (0.999, 1100.0),
+    "fixed:3": (0.97, 900.0),
+    "fixed:4": (0.992, 1400.0),
+    "fixed:5": (0.999, 1500.0),
+})  # fmt: skip
+
+
+def test_the_best_fixed_fleet_is_the_fewest_replicas_reaching_the_target():
+    best = fleet.best_fixed(RESULT)
+    assert best is not None and best.name == "fixed:4"
+    assert fleet.best_fixed(made({"fixed:3": (0.97, 900.0)})) is None
+
+
+def test_the_cheapest_of_this_project_leaves_out_the_anchors_and_fixed_fleets():
+    assert fleet.cheapest(RESULT).name == "kpa"  # any policy
+    assert fleet.cheapest(RESULT, fleet.OWN).name == "planner"
+
+
+def test_each_rows_goal():
+    # x1: the planner at 1200 / 1400 of the best fixed: met.
+    assert fleet.verdict("azure2023_conv", 1, RESULT)[0]
+    # conv x10 also needs <= 1.15x the start-up bound: 1200 / 1100 = 1.09: met.
+    assert fleet.verdict("azure2023_conv", 10, RESULT)[0]
+    # code x10 needs <= 0.85x the best fixed: 1200 / 1400 = 0.86: not met, and it says by how much.
+    ok, why = fleet.verdict("azure2023_code", 10, RESULT)
+    assert not ok and "`planner` at 0.86x `fixed:4`" in why
+    dear = made({"planner": (0.995, 1500.0), "fixed:4": (0.992, 1400.0)})
+    assert "reaches it at 1.07x `fixed:4`" in fleet.verdict("azure2023_conv", 1, dear)[1]
+    short = made({"planner": (0.98, 900.0), "fixed:4": (0.992, 1400.0)})
+    assert fleet.verdict("azure2023_conv", 1, short) == (False, "no policy of this project reaches the target")
+
+
+def test_the_table_has_every_column_the_issue_asks_for_and_a_row_not_run_says_so():
+    table = fleet.fleet_table(RESULT)
+    for column in ("attainment % (feasible)", "GPU-s", "x oracle", "x start-up bound", "x best fixed",
+                   "peak replicas", "scale events / window"):  # fmt: skip
+        assert column in table
+    assert "| fixed:4 (best fixed) " in table
+    assert "| planner " in table and "| 2 " in table  # two changes of the pod count in its timeline
+    summary_rows = fleet.summary_table({"trace-conv-h100-x10": RESULT}).splitlines()
+    assert sum("not run" in row for row in summary_rows) == len(fleet.ROWS) - 1

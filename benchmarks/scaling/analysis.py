@@ -117,7 +117,7 @@ def _pct(x: float, digits: int = 1) -> str:
     return "-" if math.isnan(x) else f"{100 * x:.{digits}f}"
 
 
-def _range_text(xs: Sequence[float], fmt: str) -> str:
+def range_text(xs: Sequence[float], fmt: str) -> str:
     """``lo to hi``, or the one value when they print alike; ``-`` for none."""
     if not xs:
         return "-"
@@ -223,7 +223,7 @@ def values(data: Mapping[str, Any], real: Mapping[str, Any] | None) -> dict[str,
     out["run.minutes"] = f"{wall / 60:.0f}"
     out["run.workers"] = str(data["workers"])
     out["run.machine"] = f"{m['cpu']}, {m['cores']} cores (Python {m['python']})"
-    out["run.load"] = _range_text([v for v in data["load_average_before"].values() if v is not None], ".1f")
+    out["run.load"] = range_text([v for v in data["load_average_before"].values() if v is not None], ".1f")
     out["profiles.table"] = profile_table(data["profiles"])
     for exp in EXPERIMENTS:
         result = results.get(exp.key)
@@ -250,13 +250,6 @@ def values(data: Mapping[str, Any], real: Mapping[str, Any] | None) -> dict[str,
     out.update(_issue12_values("issue12.t4cal", results["thesis-cal-tuning"], results["thesis-cal-families"]))
     out.update(_claim_values())
     out.update(_real_values(real))
-    from benchmarks.scaling import fleet  # it reads this module's figures
-
-    out.update(fleet.values(results))
-    fleet_wall = [data["wall_s"][k] for _, _, k in fleet.ROWS if k in data["wall_s"]]
-    out["fleet.minutes"] = f"{sum(fleet_wall) / 60:.0f}"
-    fleet_load = [data["load_average_before"].get(k) for _, _, k in fleet.ROWS]
-    out["fleet.load"] = _range_text([v for v in fleet_load if v is not None], ".1f")
     return out
 
 

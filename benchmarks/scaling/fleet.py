@@ -10,8 +10,9 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from benchmarks.scaling.analysis import PolicyFigures, figures
+from benchmarks.scaling.analysis import PolicyFigures, figures, range_text
 from benchmarks.scaling.experiments import experiment
 from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import by_policy, family
@@ -148,6 +149,17 @@ def fleet_table(result: ProtocolResult) -> str:
             "scale events / window": f"{r.scale_events:.0f}",
         })  # fmt: skip
     return format_table(rows)
+
+
+def placeholders(data: Mapping[str, Any]) -> dict[str, str]:
+    """The ``fleet.*`` placeholders from the runner's JSON: `values`, and what its runs cost."""
+    results = {k: ProtocolResult.from_json(v) for k, v in data["experiments"].items()}
+    out = values(results)
+    wall = [data["wall_s"][k] for _, _, k in ROWS if k in data["wall_s"]]
+    out["fleet.minutes"] = f"{sum(wall) / 60:.0f}"
+    load = [data["load_average_before"].get(k) for _, _, k in ROWS]
+    out["fleet.load"] = range_text([v for v in load if v is not None], ".1f")
+    return out
 
 
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from benchmarks.scaling import fleet
 from benchmarks.scaling.analysis import profile_table, values
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES
 from benchmarks.scaling.runner import RESULTS, ROOT, profile_numbers
@@ -70,7 +71,11 @@ def figure_values(data: Mapping[str, Any], draw: bool, shown: set[str]) -> dict[
 
 def render(data: Mapping[str, Any], real: Mapping[str, Any] | None, draw: bool = False) -> str:
     template = TEMPLATE.read_text()
-    given = {**values(data, real), **figure_values(data, draw, set(PLACEHOLDER.findall(template)))}
+    given = {
+        **values(data, real),
+        **fleet.placeholders(data),
+        **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
+    }
     return fill(template, given)
 
 

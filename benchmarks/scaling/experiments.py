@@ -162,7 +162,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *(f"fixed:{n}" for n in range(20, 49, 4))), scale=30,
+        (*FLEET, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
     ),  # fmt: skip
 )
 

@@ -12,20 +12,25 @@ anchor's default, cited where it is defined.
 * ``keda-waiting``: KEDA's Prometheus trigger on the requests waiting (``nlg_requests_waiting``, what
   the vLLM production stack sets on ``vllm:num_requests_waiting``) driving an HPA with Kubernetes'
   default behaviour.
+* ``dynamo``: NVIDIA Dynamo's SLA planner, its throughput mode from the profile with its +-1 load mode
+  above it (:mod:`nlgsim.anchor_dynamo`, which cites its defaults and says where it departs from them).
 
-Both read what the pods export (docs/metrics.md) through the same window as the live policies, and
-act on the simulator's loop; each keeps its own period (KPA's tick, KEDA's polling interval) by
-holding between its own rounds.
+All read what the pods export (docs/metrics.md) through the same window as the live policies, and
+act on the simulator's loop; each keeps its own period (KPA's tick, KEDA's polling interval, Dynamo's
+two adjustment intervals) by holding between its own rounds.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats
 from autoscaler.config import RateLimit, ScalerSpec
 from autoscaler.decide import Decision, bounds, proposal, rate_limit, record_event, serving_replicas, stabilize
+from autoscaler.planner import PlannerConfig
+from nlgsim.anchor_dynamo import dynamo_policy
 from nlgsim.policy import Policy
 
 # -- Knative KPA ---------------------------------------------------------------------------------------
@@ -186,5 +191,10 @@ def keda_waiting_policy(spec: ScalerSpec, name: str = "keda-waiting") -> Policy:
     return Policy(name, spec, keda_waiting_decide, KedaState.initial, {"waiting_per_replica": KEDA_WAITING_PER_REPLICA})
 
 
-#: Anchor names as ``--policy`` takes them.
-ANCHORS = {"kpa": kpa_policy, "keda-waiting": keda_waiting_policy}
+#: Anchor names as ``--policy`` takes them, each with what makes its policy from the spec, the name and
+#: the planner's settings (the profile and the SLO; only ``dynamo`` plans with them).
+ANCHORS: dict[str, Callable[[ScalerSpec, str, PlannerConfig | None], Policy]] = {
+    "kpa": lambda spec, name, _: kpa_policy(spec, name),
+    "keda-waiting": lambda spec, name, _: keda_waiting_policy(spec, name),
+    "dynamo": lambda spec, name, cfg: dynamo_policy(spec, cfg, name),
+}

@@ -25,6 +25,7 @@ import yaml
 from tqdm import tqdm
 
 from autoscaler.config import ConfigError, ScalerSpec, parse_config, to_dict
+from nlgsim.anchors import ANCHORS
 from nlgsim.experiment import Workload, build_policy, parse_workload, planner_config, scaler_spec
 from nlgsim.feasibility import feasibility
 from nlgsim.oracle import ORACLE_WARMUP_S
@@ -103,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument(
         "--policy", action="append",
-        help="request:MS, pertoken:MS, planner, fixed:N, or an anchor: kpa, keda-waiting (repeatable)",
+        help=f"request:MS, pertoken:MS, planner, fixed:N, or an anchor: {', '.join(ANCHORS)} (repeatable)",
     )
     run.add_argument(
         "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"

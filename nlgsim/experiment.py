@@ -198,7 +198,7 @@ def build_policy(
             planner = replace(planner, per_token_target_s=allowed * fraction)
         return planner_policy(spec, planner, text), max(spec.min_deployment_count, 1)
     if kind in ANCHORS and not arg:
-        return ANCHORS[kind](spec, text), max(spec.min_deployment_count, 1)
+        return ANCHORS[kind](spec, text, planner), max(spec.min_deployment_count, 1)
     if kind == "fixed":
         if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")

@@ -130,7 +130,7 @@ def throughput_bound(t: DynamoTargets, demand: float, isl: float, osl: float) ->
 def load_step(t: DynamoTargets, n: int, running: float, waiting: float, isl: float, osl: float) -> tuple[int, str]:
     """The load mode's +-1 on the mean engine of ``n``: the change and what decided it."""
     ttft = estimated_ttft(t, waiting, running, isl, osl)
-    itl = estimated_itl(t, running + waiting, isl, osl)
+    itl = estimated_itl(t, running, isl, osl)  # the waiting are prompts: they weigh on the TTFT
     est = (
         f"est. TTFT {ttft * 1000:.3g} ms (target {t.ttft_s * 1000:g}), "
         f"ITL {itl * 1000:.3g} ms (target {t.itl_s * 1000:.3g})"

@@ -4,6 +4,7 @@ the +-1 load decisions every 5 s above it, and no new step while the last one is
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,19 +41,19 @@ def test_the_defaults_are_the_documented_ones():
 
 
 @pytest.mark.parametrize(
-    ("n", "running", "waiting", "step", "said"),
+    ("itl_s", "n", "running", "waiting", "step", "said"),
     [
-        (1, 64, 30, 1, "over, +1"),  # 31 prompts to prefill before the next first token: TTFT > 500 ms
-        (2, 64, 200, 1, "over, +1"),  # 264 sequences on a 64-batch engine: ITL over 50 ms
-        (1, 2, 0, 0, "within"),  # one engine never goes below min_endpoint
-        (3, 2, 0, -1, "-1"),  # on 2 engines, 3 running each: far within 80% of both targets
-        (2, 50, 0, 0, "ITL"),  # 100 on one engine of a 64-batch: a step over 80% of the ITL target
-        (2, 1, 6, 0, "queued TTFT"),  # 12 queued prompts on one engine: over 80% of the TTFT budget
+        (0.05, 1, 64, 30, 1, "over, +1"),  # 31 prompts to prefill before the next first token: TTFT > 500 ms
+        (0.02, 2, 64, 0, 1, "over, +1"),  # a full batch of 64: a step over a 20 ms ITL target
+        (0.05, 1, 2, 0, 0, "within"),  # one engine never goes below min_endpoint
+        (0.05, 3, 2, 0, -1, "-1"),  # on 2 engines, 3 running each: far within 80% of both targets
+        (0.05, 2, 50, 0, 0, "ITL"),  # 100 on one engine of a 64-batch: a step over 80% of the ITL target
+        (0.05, 2, 1, 6, 0, "queued TTFT"),  # 12 queued prompts on one engine: over 80% of the TTFT budget
     ],
     ids=["ttft-over", "itl-over", "one-engine", "down", "down-refused-itl", "down-refused-ttft"],
 )
-def test_the_load_mode_steps_by_one_on_the_estimates_of_the_mean_engine(n, running, waiting, step, said):
-    got, reason = load_step(TARGETS, n, running, waiting, 500, 200)
+def test_the_load_mode_steps_by_one_on_the_estimates_of_the_mean_engine(itl_s, n, running, waiting, step, said):
+    got, reason = load_step(replace(TARGETS, itl_s=itl_s), n, running, waiting, 500, 200)
     assert got == step and said in reason, reason
 
 

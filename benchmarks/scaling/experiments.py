@@ -106,7 +106,7 @@ def _trace(
 #: What every fleet-scale table compares: the project's policies and the anchors at their defaults
 #: (nlgsim/anchors.py); each experiment adds the fixed fleets around its best one, so the best fixed
 #: fleet in hindsight (the fewest replicas reaching the target) is one of its rows.
-FLEET = ("planner", "pertoken:15 w30", "kpa", "keda-waiting")
+FLEET = ("planner", "pertoken:15 w30", "kpa", "keda-waiting", "dynamo")
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -136,12 +136,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
         ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:2000", "request:5000",
-         "kpa", "keda-waiting", "fixed:1", "fixed:2", "fixed:3"),
+         "kpa", "keda-waiting", "dynamo", "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
         ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", "kpa", "keda-waiting",
-         "fixed:1"),
+         "dynamo", "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",

@@ -17,13 +17,13 @@ the pod's ``metrics``) and records the same series, so the simulator can run eit
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import deque
 
 from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import OnDone, RequestState
-from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.sampling_params import SamplingParams
@@ -57,6 +57,7 @@ class ScheduledReplica:
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
+        self._total_pages = pages.num_pages
 
     def submit(self, state: RequestState) -> None:
         req = state.request
@@ -108,27 +109,43 @@ class ScheduledReplica:
             m.inter_token_latency.observe(now - self._t0, decoded)
         tokens: dict[str, dict[int, int]] = {}
         stopped: set[tuple[str, int]] = set()
-        for seqs in (schedule.decode, *(chunk.samples for chunk in schedule.prefill)):
-            for seq in seqs:
-                request_id = seq.request_id
-                tokens.setdefault(request_id, {})[seq.index] = TOKEN
-                if seq.generated + 1 >= self._targets[request_id][seq.index]:
-                    stopped.add((request_id, seq.index))
+        targets = self._targets
+        sampled = decoded
+        for seq in schedule.decode:
+            request_id = seq.request_id
+            given = tokens.get(request_id)
+            if given is None:
+                given = tokens[request_id] = {}
+            given[seq.index] = TOKEN
+            if seq.generated + 1 >= targets[request_id][seq.index]:
+                stopped.add((request_id, seq.index))
+        for chunk in schedule.prefill:
+            if chunk.samples:
+                request_id = chunk.request.request_id
+                given = tokens[request_id] = {}
+                target = targets[request_id]
+                for seq in chunk.samples:
+                    given[seq.index] = TOKEN
+                    if target[seq.index] <= 1:
+                        stopped.add((request_id, seq.index))
+                sampled += len(chunk.samples)
+        m.generation_tokens += sampled
         for update in self.scheduler.update_from_output(schedule, SampledTokens(tokens, stopped)):
             state = self._states[update.request_id]
-            req = state.request
-            given = sum(len(ids) for ids in update.token_ids)
-            m.generation_tokens += given
             if state.first_token < 0:
+                req = state.request
                 state.first_token = now
                 m.prompt_tokens += req.prompt_tokens
                 for _ in range(req.choices):
                     m.time_to_first_token.observe(now - req.arrival)
-            for ids, reason, total in zip(update.token_ids, update.finish_reasons, update.total_tokens, strict=True):
-                if ids and reason is not None:
-                    self._finish_choice(state, total, now)
+            if stopped:
+                for ids, reason, total in zip(
+                    update.token_ids, update.finish_reasons, update.total_tokens, strict=True
+                ):
+                    if ids and reason is not None:
+                        self._finish_choice(state, total, now)
         self.busy = False
-        self._record(self.scheduler.make_stats())
+        self._record()
 
     def decode_ahead(self, end: float, until: float) -> float:
         """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
@@ -143,7 +160,7 @@ class ScheduledReplica:
         if schedule.prefill or not decode or end >= until:
             return end
         targets = self._targets
-        room = min(targets[seq.request_id][seq.index] - seq.generated for seq in decode) - 1
+        room = min([targets[seq.request_id][seq.index] - seq.generated for seq in decode]) - 1
         if room < 1:
             return end  # a choice ends in the step in progress
         batch = len(decode)
@@ -151,30 +168,55 @@ class ScheduledReplica:
         contexts = [len(seq.token_ids) for seq in decode]
         longest, total = max(contexts), sum(contexts)
         ends = [end]  # of the step in progress, then of each step after it that ends before `until`
-        while len(ends) < room:
-            context = longest + len(ends) if self._pad_to_longest else (total + batch * len(ends)) / batch
-            step_end = ends[-1] + curve(context)
-            if step_end >= until:
-                break
-            ends.append(step_end)
+        # The loop is DecodeCurve.__call__ written out (the same arithmetic, in the same order, so the
+        # run is the stepped one bit for bit): calls are most of a step's cost in Python.
+        grid, below, above, weight = curve.context, curve.below, curve.above, curve.weight
+        if self._pad_to_longest or above is None or len(grid) < 2:
+            while len(ends) < room:
+                context = longest + len(ends) if self._pad_to_longest else (total + batch * len(ends)) / batch
+                step_end = ends[-1] + curve(context)
+                if step_end >= until:
+                    break
+                ends.append(step_end)
+        else:
+            last = len(grid) - 2
+            step_end = end
+            for k in range(1, room):
+                x = (total + batch * k) / batch
+                j = min(max(bisect_right(grid, x) - 1, 0), last)
+                wj = (x - grid[j]) / (grid[j + 1] - grid[j])
+                lo = below[j] + (below[j + 1] - below[j]) * wj
+                hi = above[j] + (above[j + 1] - above[j]) * wj
+                step_end += max(lo + (hi - lo) * weight, 1e-6)
+                if step_end >= until:
+                    break
+                ends.append(step_end)
         steps = self.scheduler.run_decode_steps(schedule, len(ends), TOKEN)
         if steps == 0:
             return end
+        # Histogram.observe written out, for the same reason.
         itl = self.metrics.inter_token_latency
+        bounds, counts = itl.bounds, itl.counts
+        total_s, count = itl.total, itl.count
         start = self._t0
         for step_end in ends[:steps]:
-            itl.observe(step_end - start, batch)
+            value = step_end - start
+            counts[bisect_left(bounds, value)] += batch
+            total_s += value * batch
+            count += batch
             start = step_end
+        itl.total, itl.count = total_s, count
         self.metrics.generation_tokens += batch * steps
-        self._record(self.scheduler.make_stats())
+        self._record()
         self._schedule = None
         return self.start(ends[steps - 1])
 
-    def _record(self, stats: EngineStats) -> None:
-        m = self.metrics
-        m.requests_running = stats.running_requests
-        m.requests_waiting = stats.waiting_requests
-        m.kv_cache_usage = stats.kv_usage
+    def _record(self) -> None:
+        """The pod's gauges, as the engine's stats give them (``EngineStats``), read off the scheduler."""
+        m, scheduler = self.metrics, self.scheduler
+        m.requests_running = scheduler.num_running
+        m.requests_waiting = scheduler.num_waiting
+        m.kv_cache_usage = scheduler.kv_pages_used / self._total_pages
 
     def _curve(self, batch: int) -> DecodeCurve:
         curve = self._curves.get(batch)

@@ -8,8 +8,6 @@ pool, so KV pressure and preemption need no tensors there.
 
 from __future__ import annotations
 
-import heapq
-
 PAGE_SIZE = 16
 
 
@@ -27,8 +25,9 @@ class PagePool:
         self.num_pages = num_pages
         self.page_size = page_size
         self.max_len = max_len
-        # Lowest first: the same requests get the same pages on every run.
-        self._free = list(range(num_pages))
+        # A stack, the pages freed last on top: taking and giving back many at once are slices, and
+        # the same requests get the same pages on every run.
+        self._free = list(range(num_pages - 1, -1, -1))
 
     @property
     def free_pages(self) -> int:
@@ -47,10 +46,18 @@ class PagePool:
     def allocate(self) -> int:
         if not self._free:
             raise RuntimeError("KV cache has no free page; the scheduler should have preempted")
-        return heapq.heappop(self._free)
+        return self._free.pop()
+
+    def allocate_to(self, pages: list[int], count: int) -> None:
+        """Appends `count` free pages to `pages` (a sequence's page table)."""
+        free = self._free
+        if count > len(free):
+            raise RuntimeError("KV cache has no free page; the scheduler should have preempted")
+        if count > 0:
+            pages.extend(free[-1 : -count - 1 : -1])
+            del free[-count:]
 
     def release(self, pages: list[int]) -> None:
         """Takes `pages` back and empties the list (the sequence's page table)."""
-        for page in pages:
-            heapq.heappush(self._free, page)
+        self._free.extend(pages)
         pages.clear()

@@ -79,6 +79,9 @@ class Scheduler:
         self._waiting: list[tuple[float, int, Request]] = []  # WAITING and PREEMPTED, by deadline
         self._order = itertools.count()
         self._admitted: list[Request] = []  # PREFILLING and RUNNING, in admission order
+        # Kept as requests move, so that a step costs no walk over every admitted request for them.
+        self._num_prefilling = 0  # of the admitted, those PREFILLING
+        self._admitted_choices = 0  # the admitted requests' unfinished choices
         self._preemptions = 0  # sequences preempted so far
 
     @property
@@ -95,7 +98,11 @@ class Scheduler:
 
     @property
     def num_prefilling(self) -> int:
-        return sum(1 for request in self._admitted if request.status is RequestStatus.PREFILLING)
+        return self._num_prefilling
+
+    @property
+    def kv_pages_used(self) -> int:
+        return self._pages.used_pages
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -116,8 +123,7 @@ class Scheduler:
             if request is None:
                 continue
             if request in self._admitted:
-                self._admitted.remove(request)
-                self._free(request)
+                self._leave(request)
             else:
                 self._waiting = [entry for entry in self._waiting if entry[2] is not request]
                 heapq.heapify(self._waiting)
@@ -132,28 +138,32 @@ class Scheduler:
         schedule = Schedule()
         self._make_room_for_decode(schedule)
         running = RequestStatus.RUNNING
-        schedule.decode = [seq for r in self._admitted if r.status is running for seq in r.sequences if seq.running]
-        self._admit(len(schedule.decode))
-        self._plan_prefill(schedule)
-        schedule.page_copies = [
-            pair
-            for chunk in schedule.prefill
-            for sibling in chunk.samples
-            if sibling is not chunk.sequence
-            for pair in zip(chunk.sequence.pages, sibling.pages, strict=False)
+        schedule.decode = [
+            seq for r in self._admitted if r.status is running for seq in r.sequences if seq.finish_reason is None
         ]
+        self._admit(len(schedule.decode))
+        if self._num_prefilling:
+            self._plan_prefill(schedule)
+            schedule.page_copies = [
+                pair
+                for chunk in schedule.prefill
+                for sibling in chunk.samples
+                if sibling is not chunk.sequence
+                for pair in zip(chunk.sequence.pages, sibling.pages, strict=False)
+            ]
         return schedule
 
     def update_from_output(self, schedule: Schedule, output: SampledTokens) -> list[RequestUpdate]:
         """Takes a step back once it ran: what it cached, and each sampling choice's new token. Returns
         an update of each request that got tokens, in the step's order; those it finished have left."""
         for seq in schedule.decode:
-            seq.cached = seq.position + 1
+            seq.cached = len(seq.token_ids)  # its position + 1
         for chunk in schedule.prefill:
             chunk.sequence.cached = chunk.end
             for sibling in chunk.samples:  # the others' pages hold copies of the chunk's
                 sibling.cached = chunk.end
-            if not chunk.request.prefill_targets():
+            if chunk.request.status is RequestStatus.PREFILLING and not chunk.request.prefill_targets():
+                self._num_prefilling -= 1
                 chunk.request.move_to(RequestStatus.RUNNING)
         updated, ended = [], []
         tokens, stopped = output.tokens, output.stopped
@@ -161,15 +171,19 @@ class Scheduler:
             given = tokens.get(request.request_id)
             if not given:
                 continue
+            seqs = request.sequences
+            ending = False
             for index, token in given.items():
-                seq = request.sequences[index]
+                seq = seqs[index]
                 seq.append(token, (request.request_id, index) in stopped if stopped else False)
                 if seq.finish_reason is not None:
+                    ending = True
+                    self._admitted_choices -= 1
                     self._pages.release(seq.pages)
                     prompt = len(request.prompt_ids)
                     self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
             updated.append(request)
-            if all(seq.finish_reason is not None for seq in request.sequences):
+            if ending and all(seq.finish_reason is not None for seq in seqs):
                 ended.append(request)
         for request in ended:
             request.move_to(RequestStatus.FINISHED)
@@ -207,12 +221,13 @@ class Scheduler:
             mid = (low + high + 1) // 2
             low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)
         steps = low
+        tokens = [token] * steps
+        allocate_to = self._pages.allocate_to
         for seq, length in zip(seqs, lengths, strict=True):
-            seq.token_ids.extend([token] * steps)
+            seq.token_ids += tokens
             seq.generated += steps
             seq.cached = length + steps - 1
-            for _ in range(pages_for(length + steps - 1) - len(seq.pages)):
-                seq.pages.append(self._pages.allocate())
+            allocate_to(seq.pages, pages_for(length + steps - 1) - len(seq.pages))
         return steps
 
     def make_stats(self) -> EngineStats:
@@ -224,16 +239,23 @@ class Scheduler:
             preemptions=self._preemptions,
             length_predictions=self._predictor.predictions,
             length_underestimates=self._predictor.underestimates,
-            prefilling_requests=self.num_prefilling,
+            prefilling_requests=self._num_prefilling,
         )
 
     def _make_room_for_decode(self, schedule: Schedule) -> None:
         page_size = self._pages.page_size
-        for request in list(self._admitted):
-            if request.status is not RequestStatus.RUNNING:
-                continue  # prefilling, or preempted below while making room for an earlier one
+        running = RequestStatus.RUNNING
+        admitted = self._admitted
+        i = 0
+        # By index: a preemption takes requests from the end, those after this one (or this one last).
+        while i < len(admitted):
+            request = admitted[i]
+            i += 1
+            if request.status is not running:
+                continue  # prefilling
             for seq in request.sequences:
-                if seq.running and seq.position // page_size >= len(seq.pages):
+                # Its position (len - 1) is past the pages it holds.
+                if seq.finish_reason is None and len(seq.token_ids) > len(seq.pages) * page_size:
                     if not self._ensure_free_page(schedule, keep=request):
                         break
                     seq.pages.append(self._pages.allocate())
@@ -248,8 +270,7 @@ class Scheduler:
         return True
 
     def _preempt(self, request: Request, schedule: Schedule) -> None:
-        self._admitted.remove(request)
-        self._free(request)
+        self._leave(request)
         schedule.prefill = [chunk for chunk in schedule.prefill if chunk.request is not request]
         request.preemptions += 1
         # The prediction was too short: admit it next time against a doubled one (S3's re-bucketing),
@@ -260,41 +281,58 @@ class Scheduler:
         request.move_to(RequestStatus.PREEMPTED)
         heapq.heappush(self._waiting, (-float("inf"), next(self._order), request))
 
-    def _free(self, request: Request) -> None:
+    def _leave(self, request: Request) -> None:
+        """Takes an admitted request out of the batch and frees its pages; the caller moves it on."""
+        self._admitted.remove(request)
+        if request.status is RequestStatus.PREFILLING:
+            self._num_prefilling -= 1
         for seq in request.sequences:
             self._pages.release(seq.pages)
             seq.cached = 0
+            if seq.finish_reason is None:
+                self._admitted_choices -= 1
 
     def _admit(self, decoding: int) -> None:
         """`decoding`: the running requests' unfinished choices."""
         # Every waiting request has a choice to run, so none fits beside a full batch.
         if not self._waiting or decoding >= self.config.max_num_seqs:
             return
-        prefilling = [r for r in self._admitted if r.status is RequestStatus.PREFILLING]
-        running_seqs = decoding + sum(1 for r in prefilling for s in r.sequences if s.running)
-        outstanding = sum(
-            max(0, self._pages.pages_for(s.reserved_tokens) - len(s.pages))
-            for r in self._admitted
-            for s in r.sequences
-            if s.running
-        )
+        running_seqs = self._admitted_choices
+        outstanding = -1  # counted when first needed: a head over the batch's room waits without it
         while self._waiting:
             request = self._waiting[0][2]
             choices = [s for s in request.sequences if s.running]
-            reserve = [self._reservation(request, s) for s in choices]
-            need = sum(self._pages.pages_for(tokens) for tokens in reserve)
-            too_many = running_seqs + len(choices) > self.config.max_num_seqs
             # Strict order: a large head waits rather than being overtaken forever. With nothing
             # admitted (every admitted request has a running choice) it goes in alone.
-            if (too_many or need > self._pages.free_pages - outstanding) and running_seqs:
+            if running_seqs and running_seqs + len(choices) > self.config.max_num_seqs:
                 return
+            reserve = [self._reservation(request, s) for s in choices]
+            need = sum(self._pages.pages_for(tokens) for tokens in reserve)
+            if running_seqs:
+                if outstanding < 0:
+                    outstanding = self._outstanding_pages()
+                if need > self._pages.free_pages - outstanding:
+                    return
             heapq.heappop(self._waiting)
             for seq, tokens in zip(choices, reserve, strict=True):
                 seq.reserved_tokens = tokens
-            outstanding += need
+            if outstanding >= 0:
+                outstanding += need
             running_seqs += len(choices)
+            self._admitted_choices += len(choices)
+            self._num_prefilling += 1
             request.move_to(RequestStatus.PREFILLING)
             self._admitted.append(request)
+
+    def _outstanding_pages(self) -> int:
+        """The pages the admitted requests' unfinished choices have reserved and not yet taken."""
+        pages_for = self._pages.pages_for
+        return sum(
+            max(0, pages_for(s.reserved_tokens) - len(s.pages))
+            for r in self._admitted
+            for s in r.sequences
+            if s.finish_reason is None
+        )
 
     def _reservation(self, request: Request, seq: Sequence) -> int:
         remaining = max(request.predicted_tokens - seq.generated, 1)
@@ -310,6 +348,7 @@ class Scheduler:
                 continue
             targets = request.prefill_targets()
             if not targets:  # nothing to recompute: it decodes from the next step
+                self._num_prefilling -= 1
                 request.move_to(RequestStatus.RUNNING)
                 continue
             for index, (seq, target) in enumerate(targets):

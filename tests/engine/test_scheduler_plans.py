@@ -222,6 +222,8 @@ def test_a_request_preempted_to_make_room_is_not_planned(first, later, budget, f
         scheduler.requests[request.request_id] = request
         request.move_to(PREFILLING)
         scheduler._admitted.append(request)
+        scheduler._num_prefilling += 1  # the counts admission keeps
+        scheduler._admitted_choices += 1
     schedule = scheduler.schedule()
     assert b.status is RequestStatus.PREEMPTED and b not in scheduler._admitted
     assert all(chunk.request.status is PREFILLING for chunk in schedule.prefill), schedule.prefill

@@ -11,8 +11,8 @@ as the machine allows, after a base that one instance carries (:func:`plan_load`
 scales in only where the signal falls below ``target x (n - 1) / n``, and the tiny model's per-token
 latency hardly falls below its idle value, which is half the target.)
 
-:func:`capacity_of`, :func:`statistic_of` and :func:`plan_load` are pure; :func:`sweep` drives a
-live server.
+:func:`capacity_of`, :func:`statistic_of` and :func:`plan_load` are pure; :func:`sweep` and
+:func:`measure` drive a live server through the loads and the instance count they are given.
 """
 
 from __future__ import annotations
@@ -148,3 +148,27 @@ def sweep(
             break
         rate = rate * STEP_FACTOR if rising else rate / STEP_FACTOR
     return steps
+
+
+def measure(
+    make_load: Callable[[float], PoissonLoad],
+    set_instances: Callable[[int], None],
+    start: float,
+    target_ms: float,
+    statistic: str,
+    say: Callable[[str], None],
+    step_s: float = STEP_S,
+) -> LoadPlan:
+    """The capacity of one instance (a sweep from ``start``), then of two loaded together (a sweep from
+    a step under one's), back to one instance, and the load sized from them. ``set_instances(n)``
+    returns once ``n`` instances serve."""
+    say(f"  capacity: the rate at which the per-token {statistic} crosses {target_ms:g} ms; one instance:")
+    one = capacity_of(sweep(make_load, start, target_ms, statistic, say, step_s), target_ms)
+    set_instances(2)
+    say("  two instances together:")
+    two = capacity_of(sweep(make_load, one / STEP_FACTOR, target_ms, statistic, say, step_s), target_ms)
+    set_instances(1)
+    plan = plan_load(one, two)
+    say(f"  one instance carries {one:.2f}/s, two together {two:.2f}/s: a base of {plan.base:.2f}/s, "
+        f"a peak of {plan.peak:.2f}/s")  # fmt: skip
+    return plan

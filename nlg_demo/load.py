@@ -9,6 +9,13 @@ or with a finish reason other than ``length``, was cut: :attr:`LoadRecord.comple
 
 The rate is constant (a step from nothing), or rises linearly from nothing to ``rate`` over the
 first ``ramp`` seconds, so that a policy that forecasts has a trend to follow.
+
+Every arrival is sent: the load is open, and a request's latency counts from its arrival. At most
+``max_in_flight`` streams are open at once; arrivals beyond that wait in the client for one to end
+(their wait counts in their latency, though the server does not see it). The cap is well above what
+the server holds in a steady peak, so that the server's own queue, which the autoscaler reads, is
+where the load waits; it matters only while a reload stalls the server (a CPU reloading instances
+serves little for seconds, and a peak's arrivals pile up meanwhile).
 """
 
 from __future__ import annotations
@@ -67,9 +74,13 @@ class LoadRecord:
         return (self.end - self.start) / self.max_tokens * 1000.0
 
 
+#: Streams a load keeps open at once (each holds a thread and a gRPC channel); arrivals beyond wait.
+MAX_IN_FLIGHT = 128
+
+
 class PoissonLoad:
     """Arrivals at ``rate`` per second (reached after ``ramp`` seconds); a ``complex_fraction`` of them
-    complex; at most ``max_in_flight``."""
+    complex; at most ``max_in_flight`` streams open, the arrivals beyond queued in the client."""
 
     def __init__(
         self,
@@ -77,7 +88,7 @@ class PoissonLoad:
         rate: float,
         complex_fraction: float = 0.5,
         seed: int = 0,
-        max_in_flight: int = 32,
+        max_in_flight: int = MAX_IN_FLIGHT,
         model: str = "gpt2",
         ramp: float = 0.0,
     ) -> None:
@@ -88,12 +99,10 @@ class PoissonLoad:
         self.model = model
         self.records: list[LoadRecord] = []
         self.max_in_flight = max_in_flight
-        self.dropped = 0
-        """Arrivals not sent because ``max_in_flight`` requests were in flight (no record)."""
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._slots = threading.Semaphore(max_in_flight)
+        # The pool's queue holds the arrivals beyond the cap until a stream ends.
         self._pool = ThreadPoolExecutor(max_workers=max_in_flight, thread_name_prefix="load")
         self._thread = threading.Thread(target=self._arrivals, name="poisson-load", daemon=True)
 
@@ -115,9 +124,6 @@ class PoissonLoad:
             # Thinning: candidates at the full rate, each kept with the share the rate has reached.
             if self.ramp > 0 and self._rng.random() * self.rate > self.rate_at(time.monotonic() - started):
                 continue
-            if not self._slots.acquire(blocking=False):
-                self.dropped += 1  # saturated: this arrival is dropped, as an open-loop client would time out
-                continue
             query = COMPLEX if self._rng.random() < self.complex_fraction else SIMPLE
             record = LoadRecord(
                 query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices,
@@ -136,7 +142,6 @@ class PoissonLoad:
         )  # fmt: skip
         with self._lock:
             self.records.append(record)
-        self._slots.acquire()
         self._send(record, prompt_of(query.prompt_tokens, self._rng))
         return record
 
@@ -155,7 +160,6 @@ class PoissonLoad:
             record.error = f"{type(e).__name__}: {e}"
         finally:
             record.end = time.monotonic()
-            self._slots.release()
 
     @property
     def in_flight(self) -> int:

@@ -34,7 +34,7 @@ from autoscaler.actuate import ActuationError, Deferred
 from autoscaler.actuate.triton import TritonInstanceScaler
 from autoscaler.app import App
 from autoscaler.profile import EngineProfile, load_profile
-from nlg_demo.capacity import STEP_FACTOR, LoadPlan, capacity_of, first_rate, plan_load, statistic_of, sweep
+from nlg_demo.capacity import STEP_S, LoadPlan, first_rate, measure, statistic_of
 from nlg_demo.config import MODEL, demo_config, planner_spec
 from nlg_demo.load import LoadRecord, PoissonLoad, mix_of
 from nlg_demo.plot import Round, Signal, plot_run
@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ramp", type=float, default=0.0,
         help="seconds over which the rate rises from 0 to the peak (default 0: a base, then the peak)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sweep-step", type=float, default=STEP_S,
+        help=f"seconds of arrivals at each rate of the capacity sweep (default {STEP_S:g})",
     )  # fmt: skip
     parser.add_argument("--complex", type=float, default=0.5, help="share of complex queries (default 0.5)")
     parser.add_argument("--threshold", type=float, help="per-token latency target in ms (default: measured)")
@@ -152,9 +156,8 @@ def threshold_of(lone: Sequence[LoadRecord], statistic: str) -> float:
 def measure_load(
     args: argparse.Namespace, server: TritonServer, lone: Sequence[LoadRecord], threshold: float
 ) -> tuple[LoadPlan, list[LoadRecord]]:
-    """The capacity of one instance, then of two together, and the load sized from them; also every
-    request the sweeps sent."""
-    statistic = STATISTIC[args.policy]
+    """The capacity of one instance, then of two together, and the load sized from them
+    (:func:`nlg_demo.capacity.measure`); also every request the sweeps sent."""
     loads: list[PoissonLoad] = []
 
     def make_load(rate: float) -> PoissonLoad:
@@ -164,20 +167,15 @@ def measure_load(
     def say(line: str) -> None:
         print(line, flush=True)
 
-    print(f"  capacity: the rate at which the per-token {statistic} crosses {threshold:g} ms; one instance:")
     start = first_rate(lone, args.max_num_seqs, args.complex)
-    one = capacity_of(sweep(make_load, start, threshold, statistic, say), threshold)
     scaler = TritonInstanceScaler(f"http://{server.http_url}", server.metrics_url, load_wait=LOAD_WAIT_S)
     try:
-        set_instances(scaler, 2)
-        print("  two instances together:", flush=True)
-        two = capacity_of(sweep(make_load, one / STEP_FACTOR, threshold, statistic, say), threshold)
-        set_instances(scaler, 1)
+        plan = measure(
+            make_load, lambda count: set_instances(scaler, count), start, threshold, STATISTIC[args.policy], say,
+            args.sweep_step,
+        )  # fmt: skip
     finally:
         scaler.close()
-    plan = plan_load(one, two)
-    print(f"  one instance carries {one:.2f}/s, two together {two:.2f}/s: a base of {plan.base:.2f}/s, "
-          f"a peak of {plan.peak:.2f}/s", flush=True)  # fmt: skip
     return plan, [r for load in loads for r in load.records]
 
 
@@ -262,6 +260,8 @@ def describe_policy(args: argparse.Namespace, threshold: float, overhead: Overhe
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.sweep_step <= 0:
+        raise SystemExit(f"nlg-demo: --sweep-step must be positive, got {args.sweep_step:g}")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     engine = engine_profile(args)
     print(f"nlg-demo: starting tritonserver (preset {args.preset}, explicit model control) ...", flush=True)
@@ -326,13 +326,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             load.join()
             app.stop()
     records = calibration + load.records
-    done = [r for r in records if r.complete]
-    cut = [r for r in records if r.end is not None and not r.complete]
+    cut = [r for r in records if not r.complete]
     title = f"nlg-demo: {args.policy} policy scaling Triton instances in place"
     path = plot_run(args.out, rounds, load.records, t0, signal, load_stopped_at, title, bin_s=args.window)
-    dropped = f" ({load.dropped} more arrivals dropped at {load.max_in_flight} in flight)" if load.dropped else ""
-    print(f"\n{len(records)} requests ({len(calibration)} measuring capacity): {len(done)} complete, "
-          f"{len(cut)} failed or cut{dropped}; {reached(rounds, load_stopped_at)}; plot: {path}")  # fmt: skip
+    print(f"\n{served_of(records, len(calibration))}; {reached(rounds, load_stopped_at)}; plot: {path}")
     for record in cut[:5]:
         print(f"  {record.kind}: {record.error}", file=sys.stderr)
     return 0 if not cut else 1
@@ -343,6 +340,14 @@ def phases(base: float | None, peak: float, ramp: float, base_s: float) -> str:
     if base:
         return f"{base:.2f}/s for {base_s:.0f} s, then a peak of {peak:.2f}/s"
     return f"{peak:.2f}/s" + (f", rising over {ramp:g} s" if ramp > 0 else "")
+
+
+def served_of(records: Sequence[LoadRecord], measuring: int) -> str:
+    """The requests sent and those served whole (every choice to its length), as the summary says it;
+    the first ``measuring`` of ``records`` measured the capacity."""
+    served = sum(1 for r in records if r.complete)
+    return (f"requests served {served}/{len(records)} ({measuring} of them measuring capacity), "
+            f"{len(records) - served} failed or cut")  # fmt: skip
 
 
 def reached(rounds: Sequence[Round], load_stopped: float | None) -> str:

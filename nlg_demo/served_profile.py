@@ -135,7 +135,6 @@ def served_profile(engine: EngineProfile, overhead: Overhead, startup_s: float, 
     )
 
 
-
 def calibrated(
     served: EngineProfile, per_replica: float, spec: PlannerSpec, choices: float
 ) -> tuple[EngineProfile, float]:

@@ -1,5 +1,6 @@
 """The demo sizes its load from the capacity it measures: the crossing of a sweep, the load's phases
-from one instance's and two instances' capacities, the planner's profile fitted to the measurement."""
+from one instance's and two instances' capacities, the whole measured path on a machine whose
+instances share its cores, the planner's profile fitted to the measurement."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from autoscaler.capacity import choices_per_second
 from autoscaler.config import PlannerSpec
+from autoscaler.decide import proposal
 from autoscaler.planner import planner_config
 from autoscaler.profile import load_profile
 from nlg_demo.capacity import (
@@ -18,6 +20,7 @@ from nlg_demo.capacity import (
     Step,
     capacity_of,
     first_rate,
+    measure,
     plan_load,
     statistic_of,
     sweep,
@@ -124,6 +127,60 @@ def test_the_peak_needs_two_instances_and_the_base_one_on_any_machine(one, two):
 def test_a_plan_needs_measured_capacities():
     with pytest.raises(ValueError, match="must be positive"):
         plan_load(0.0, 2.0)
+
+
+# -- the measured path, on a machine whose instances share its cores -------------------------------
+
+
+class Machine:
+    """A fake server: ``n`` instances together carry ``carries[n]`` requests per second, and a load at
+    ``rate`` sees a per-token latency of ``idle / (1 - rate / (2 x carries))`` (a queue that doubles
+    the idle latency, the demo's threshold, at what they carry; far over it past twice that)."""
+
+    def __init__(self, carries: dict[int, float], idle_ms: float = 5.0) -> None:
+        self.carries, self.idle_ms, self.instances = carries, idle_ms, 1
+        self.set_to: list[int] = []
+
+    def per_token_ms(self, rate: float, instances: int) -> float:
+        return self.idle_ms / max(1.0 - rate / (2 * self.carries[instances]), 0.01)
+
+    def needed(self, rate: float, target_ms: float) -> int:
+        """The fewest instances whose per-token latency at ``rate`` is within ``target_ms``; one more
+        than the machine has where none is."""
+        within = (n for n in sorted(self.carries) if self.per_token_ms(rate, n) <= target_ms)
+        return next(within, max(self.carries) + 1)
+
+    def set_instances(self, count: int) -> None:
+        self.instances = count
+        self.set_to.append(count)
+
+    def load(self, rate: float) -> RateLoad:
+        return RateLoad(rate, self.per_token_ms(rate, self.instances) / rate)
+
+
+@pytest.mark.parametrize(
+    "carries",
+    [{1: 3.6, 2: 6.8, 3: 7.0}, {1: 3.3, 2: 3.8, 3: 3.8}, {1: 1.8, 2: 2.7, 3: 2.7}, {1: 12.0, 2: 23.0, 3: 33.0}],
+    ids=["quiet-machine", "busy-machine", "slow-machine", "fast-machine"],
+)
+def test_the_load_sized_from_measured_capacities_needs_two_instances_in_its_peak_and_one_at_its_end(carries):
+    machine = Machine(carries)
+    target = 2 * machine.idle_ms  # the demo's threshold: twice the idle statistic
+    lines = []
+    start = 0.4 * carries[1]  # about where first_rate starts: half what the lone requests promise
+    plan = measure(machine.load, machine.set_instances, start, target_ms=target, statistic="mean",
+                   say=lines.append, step_s=0.0)  # fmt: skip
+    assert machine.set_to == [2, 1]  # two instances measured together, then the load starts on one
+    assert plan.one == pytest.approx(carries[1], rel=0.1) and plan.two == pytest.approx(carries[2], rel=0.1)
+    assert machine.needed(plan.base, target) == 1
+    assert machine.needed(plan.peak, target) >= 2
+    if carries[2] >= PEAK_OVER_ONE * carries[1] / PEAK_OF_TWO:  # where two carry more, two carry the peak
+        assert machine.needed(plan.peak, target) == 2
+    # HPA's rule on one instance in the peak asks for another; with the load stopped, the idle window
+    # reads 0 (autoscaler.decide.signal_value), which asks for one from any count.
+    assert proposal(1, machine.per_token_ms(plan.peak, 1), target, tolerance=0.1) >= 2
+    assert proposal(3, 0.0, target, tolerance=0.1) <= 1
+    assert "one instance carries" in lines[-1]
 
 
 # -- the planner's profile -------------------------------------------------------------------------

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from nlg_demo.capacity import STEP_S
 from nlg_demo.config import demo_config
-from nlg_demo.load import LoadRecord, PoissonLoad, mix_of
+from nlg_demo.load import MAX_IN_FLIGHT, LoadRecord, PoissonLoad, mix_of
 from nlg_demo.plot import Round, Signal, draw, offered, plot_run
-from nlg_demo.run import build_parser
+from nlg_demo.run import build_parser, reached, served_of
 
 PERTOKEN = Signal("pertoken_mean", "window mean (autoscaler)", 25.0, "target 25 ms (mean)")
 
@@ -34,6 +38,50 @@ def test_the_rate_ramps_linearly_then_holds(ramp, elapsed, want):
         assert load.rate_at(elapsed) == pytest.approx(want)
     finally:
         load.join()
+
+
+class HeldLoad(PoissonLoad):
+    """A load whose streams stay open until ``release`` is set (no server), counting how many are open."""
+
+    def __init__(self, max_in_flight: int) -> None:
+        super().__init__("127.0.0.1:1", rate=500.0, seed=3, max_in_flight=max_in_flight)
+        self.release = threading.Event()
+        self.open = self.most_open = 0
+        self._count_lock = threading.Lock()
+
+    def _send(self, record: LoadRecord, prompt: str) -> None:
+        with self._count_lock:
+            self.open += 1
+            self.most_open = max(self.most_open, self.open)
+        self.release.wait(30)
+        with self._count_lock:
+            self.open -= 1
+        record.complete, record.end = True, time.monotonic()
+
+
+def test_arrivals_beyond_the_streams_in_flight_wait_in_the_client_and_are_all_sent():
+    load = HeldLoad(max_in_flight=3).start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(load.records) < 12 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        load.stop_arrivals()
+        assert load.in_flight >= 12  # every arrival is recorded, waiting: none was dropped at the cap
+        assert load.most_open <= 3  # the cap holds the rest in the client
+    finally:
+        load.release.set()
+        load.join()
+    assert all(r.complete for r in load.records) and load.most_open <= 3
+
+
+def test_the_summary_counts_the_requests_served_of_those_sent_and_the_instances_reached():
+    cut = LoadRecord("complex", 1.0, 62, 4, end=3.0, error="cut")
+    records = [LoadRecord("simple", 0.0, 30, 1, end=1.0, complete=True)] * 4 + [cut]
+    assert served_of(records, measuring=2) == "requests served 4/5 (2 of them measuring capacity), 1 failed or cut"
+    rounds = [Round(0, 0.1, 1, 1), Round(2, 2.1, 1, 2), Round(4, 4.1, 3, 3), Round(9, 9.1, 2, 1),
+              Round(12, 12.1, 1, 1)]  # fmt: skip
+    assert reached(rounds, load_stopped=8.0) == "instances reached 3 under load, 1 at the end"
+    assert reached([], None) == "instances reached: no round ran"
 
 
 def test_per_token_latency_of_a_record():
@@ -81,3 +129,10 @@ def test_demo_config_is_valid_and_scales_one_instance_at_a_time():
     assert (config.scaler.type, config.scaler.threshold) == ("pertoken", 12.5)
     assert (config.scaler.scale_up.max_pods, config.scaler.scale_up.max_percent) == (1, 0)
     assert (config.api.port, config.metrics.port) == (0, 0)
+
+
+def test_the_quick_start_states_the_sweep_step_and_the_streams_in_flight_the_code_uses():
+    docs = Path(__file__).parents[2] / "docs" / "autoscaler.md"
+    text = " ".join(docs.read_text().split())
+    assert f"{STEP_S:g} s a step (`--sweep-step`)" in text
+    assert f"at most {MAX_IN_FLIGHT} streams are open at once" in text

@@ -88,6 +88,8 @@ class DynamoState:
     lower_bound: int = 0
     """The throughput mode's replica count, the load mode's floor (0 before its first decision)."""
     next_throughput: float | None = None
+    waiting_at_last: float = 0.0
+    """Requests waiting at the last throughput decision (or the first round)."""
     next_load: float = -math.inf
     events: tuple[tuple[float, int], ...] = ()
     """Unused (Dynamo has no rate window); the control loop restores it after a failed actuation."""
@@ -176,15 +178,22 @@ def dynamo_decide(
     isl, osl = lengths or (t.prompt_tokens, t.output_tokens)
     samples = (*state.samples, (now, rate))
     state = replace(state, samples=samples, lengths=lengths)
+    waiting_now = window.gauges.get("waiting", 0.0)
     if state.next_throughput is None:
-        state = replace(state, next_throughput=now + DYNAMO_THROUGHPUT_INTERVAL_S)
+        state = replace(state, next_throughput=now + DYNAMO_THROUGHPUT_INTERVAL_S, waiting_at_last=waiting_now)
     values: dict[str, float] = {}
     why = []
     if state.next_throughput is not None and now >= state.next_throughput:
-        # Observed = mean request rate over the interval; the constant predictor forecasts it unchanged.
-        demand = sum(r for _, r in samples) / len(samples)
+        # Dynamo counts the requests its frontend received in the interval: those that started plus
+        # the growth of the queue (a saturated fleet starts only what it can carry). The constant
+        # predictor forecasts that rate unchanged.
+        queued = (waiting_now - state.waiting_at_last) / DYNAMO_THROUGHPUT_INTERVAL_S
+        demand = max(sum(r for _, r in samples) / len(samples) + queued, 0.0)
         bound, capacity = throughput_bound(t, demand, isl, osl)
-        state = replace(state, samples=(), lower_bound=bound, next_throughput=now + DYNAMO_THROUGHPUT_INTERVAL_S)
+        state = replace(
+            state, samples=(), lower_bound=bound, waiting_at_last=waiting_now,
+            next_throughput=now + DYNAMO_THROUGHPUT_INTERVAL_S,
+        )  # fmt: skip
         values.update(demand=demand, per_replica=capacity)
         why.append(f"throughput: predicted {demand:.3g} req/s over {capacity:.3g} per engine -> bound {bound}")
     # The throughput bound takes effect at the next load decision, as in Dynamo's pipeline.

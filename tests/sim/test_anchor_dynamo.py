@@ -75,6 +75,16 @@ def test_the_throughput_bound_is_the_predicted_rate_over_one_engines_capacity_an
     assert "bound 1" in d.reason and d.desired == want - 1  # an idle interval: the bound falls to 1
 
 
+def test_a_saturated_fleets_demand_counts_the_growth_of_its_queue():
+    capacity = choices_per_second(PROFILE, 0.05, 500, 200, 1.0)
+    state = DynamoState.initial(1)
+    _, state = dynamo_decide(win(1, 64, 0, per_s=capacity), SPEC, state, 0.0, TARGETS)
+    # Only what one engine carries starts; the rest queues: 10 a second more over the interval.
+    d, _ = dynamo_decide(win(1, 64, 1800, per_s=capacity), SPEC, state, 180.0, TARGETS)
+    assert d.values["demand"] == pytest.approx(capacity + 10)
+    assert "bound 2" in d.reason
+
+
 def test_between_load_decisions_it_holds_and_without_data_it_says_so():
     state = DynamoState.initial(2)
     d, state = dynamo_decide(win(2, 64, 200), SPEC, state, 0.0, TARGETS)

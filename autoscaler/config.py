@@ -114,7 +114,9 @@ class PlannerSpec:
     """The planner's inputs (``scaler.type: planner``): an engine profile, the SLO, the start-up time.
 
     Latency limits in ms, durations in s. ``prompt_tokens`` and ``output_tokens`` (per choice) stand
-    in until the pods' counters have measured the mix; ``startup: 0`` takes the profile's ``startup_s``.
+    in until the pods' counters have measured the mix; ``startup: 0`` takes the profile's ``startup_s``;
+    ``burst_lookback: 0`` takes ten start-ups (the burst level's history spans many of them, whatever
+    the hardware, so it is set in start-ups, not seconds fitted to a trace).
     """
 
     profile: str = ""
@@ -127,6 +129,8 @@ class PlannerSpec:
     trend_window: float = 60.0
     drain_time: float = 20.0
     kv_usage_high: float = 0.9
+    burst_lookback: float = 0.0
+    burst_quantile: float = 0.9
     prompt_tokens: float = 256.0
     output_tokens: float = 128.0
 
@@ -137,9 +141,10 @@ class PlannerSpec:
         errors += s.between(f"{path}.startup", self.startup, 0, MAX_DURATION)
         errors += s.positive(f"{path}.trend_window", self.trend_window, MAX_DURATION)
         errors += s.positive(f"{path}.drain_time", self.drain_time, MAX_DURATION)
+        errors += s.between(f"{path}.burst_lookback", self.burst_lookback, 0, MAX_DURATION)
         errors += s.positive(f"{path}.prompt_tokens", self.prompt_tokens, MAX_TOKENS)
         errors += s.positive(f"{path}.output_tokens", self.output_tokens, MAX_TOKENS)
-        for key in ("slo_percentile", "plan_fraction", "headroom", "kv_usage_high"):
+        for key in ("slo_percentile", "plan_fraction", "headroom", "kv_usage_high", "burst_quantile"):
             value = getattr(self, key)
             if not 0 < value <= 1:
                 errors.append(f"{path}.{key} = {s.show(value)}: must be in (0, 1]")

@@ -12,15 +12,22 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    ``trend_window_s`` of demand, never below demand now; a window's demand is its average, the demand
    of half a window ago, so the forecast reaches half a window further; and until the demand seen
    spans half the trend window (after a start or a restart) there is no trend, its slope being noise;
-4. divides by what one replica carries within the planned per-token latency according to the
-   profile (:func:`autoscaler.capacity.choices_per_second`) times ``headroom``;
-5. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
+4. takes the burst level (:func:`burst_level`): the ``burst_quantile`` of the peak demand of each
+   start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up; it
+   plans for the larger of forecast and burst level;
+5. sizes for it (the larger count says which term set it): what one replica carries within the
+   planned per-token latency according to the profile (:func:`autoscaler.capacity.choices_per_second`)
+   times ``headroom``; and the TTFT of the replicas as an M/M/c queue of prefills (:func:`queue_replicas`);
+6. scales in only when no burst that needed the last replica is due within a start-up
+   (:func:`scale_in_hold`, from the gaps between the bursts seen);
+7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
    quantile is over what the SLO allows while every pod is ready, one replica more, but only when
-   the evidence says load is the cause (:func:`load_evidence`: requests waiting, KV cache nearly
-   full, demand per replica above capacity). Requests that miss the SLO even on an idle replica
-   (long prompts, short outputs) keep the tail high whatever the replica count; adding pods for
-   them would ratchet up and never scale in, so they are reported ("over SLO, not load") instead;
-6. then the HPA steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
+   the evidence says waiting or the batch made requests slow (:func:`load_evidence`: queue time,
+   TTFT beyond what the longest prompt takes alone, slow steps, KV cache nearly full, demand per
+   replica above capacity). Requests that miss the SLO even on an idle replica (long prompts, short
+   outputs) keep the tail high whatever the replica count; adding pods for them would ratchet up and
+   never scale in, so they are reported ("over SLO, not load") instead;
+8. then the HPA steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
 
 Pure: ``decide(window, spec, state, now) -> (Decision, PlannerState)``, no I/O, no clock. The
 simulator runs the same code (``nlgsim.planner``).
@@ -33,11 +40,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats
-from autoscaler.capacity import choices_per_second
+from autoscaler.capacity import choices_per_second, slo_batch
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
 from autoscaler.slo import SLO
+
+#: ``burst_lookback: 0``: the burst level looks back this many start-ups, long enough to hold several
+#: gaps between bursts and short enough to let a quieter hour scale in.
+BURST_LOOKBACK_STARTUPS = 10
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,14 @@ class PlannerConfig:
     drain_s: float = 20.0
     default_choices: float = 1.0
     kv_usage_high: float = 0.9
+    burst_lookback_s: float = 0.0
+    """How far back the burst level looks (:func:`burst_level`); 0: ``BURST_LOOKBACK_STARTUPS`` leads."""
+    burst_quantile: float = 0.9
+    """Quantile of the start-up-long slots' peak demands that the burst level takes."""
+
+    @property
+    def lookback_s(self) -> float:
+        return self.burst_lookback_s or BURST_LOOKBACK_STARTUPS * self.lead_s
 
 
 def planner_config(spec: PlannerSpec, profile: EngineProfile) -> PlannerConfig:
@@ -80,6 +99,8 @@ def planner_config(spec: PlannerSpec, profile: EngineProfile) -> PlannerConfig:
         trend_window_s=spec.trend_window,
         drain_s=spec.drain_time,
         kv_usage_high=spec.kv_usage_high,
+        burst_lookback_s=spec.burst_lookback,
+        burst_quantile=spec.burst_quantile,
     )
 
 
@@ -134,14 +155,141 @@ def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mi
     return Mix(max(prompt / finished, 1.0), max(generated / (finished * choices), 1.0), choices, True)
 
 
+def burst_level(
+    history: tuple[tuple[float, float], ...], now: float, lead_s: float, lookback_s: float, q: float
+) -> float:
+    """What can arrive within one start-up: the ``q`` quantile, over the start-up-long slots of the
+    last ``lookback_s`` (counted back from ``now``), of each slot's peak demand; 0 without history.
+
+    A pod asked for now serves from one start-up on, so the demand to plan for is the highest a
+    start-up's time brings, not the mean; the quantile over many slots keeps one outlier from
+    holding the fleet, and the slots' peaks keep bursts shorter than a slot from averaging away.
+    """
+    peaks: dict[int, float] = {}
+    for t, d in history:
+        if now - t < lookback_s:
+            slot = int((now - t) // lead_s)
+            peaks[slot] = max(peaks.get(slot, 0.0), d)
+    if not peaks:
+        return 0.0
+    ordered = sorted(peaks.values())
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+
+
+def erlang_c(servers: int, offered: float) -> float:
+    """Erlang C: the probability that an arrival waits, ``servers`` servers at ``offered`` erlangs."""
+    if offered <= 0:
+        return 0.0
+    if offered >= servers:
+        return 1.0
+    blocked = 1.0  # Erlang B by its recursion, which stays in [0, 1] for any number of servers
+    for k in range(1, servers + 1):
+        blocked = offered * blocked / (k + offered * blocked)
+    return servers * blocked / (servers - offered * (1 - blocked))
+
+
+def prefill_service_s(cfg: PlannerConfig, prompt: float, batch: int, tokens: float) -> float:
+    """Seconds a replica spends bringing one prompt to its first token while decoding ``batch``
+    sequences: each prefill chunk shares a step with the batch's decode (chunked prefill)."""
+    profile = cfg.profile
+    chunks = math.ceil(max(prompt, 1.0) / profile.prefill_chunk_tokens)
+    decode = profile.decode_step_s(batch, prompt + tokens / 2)
+    return profile.prefill_time_s(max(1, round(prompt))) + chunks * decode
+
+
+def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int:
+    """The fewest replicas (up to ``limit``) whose TTFT meets the SLO at ``rate`` requests a second.
+
+    Each replica prefills one prompt at a time, so the replicas are an M/M/c queue of prefills
+    (Erlang C): a request waits past ``w`` with probability ``C * exp(-(c / S - rate) * w)``, and its
+    TTFT is that wait plus its own prefill ``S``. The count is the fewest ``c`` with that probability
+    at ``ttft_s - S`` within ``1 - target``.
+    """
+    if rate <= 0:
+        return 0
+    batch = slo_batch(cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
+    service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
+    slack = cfg.slo.ttft_s - service
+    if slack <= 0:
+        return 0  # the mean prompt misses TTFT even alone: no replica count helps it
+    miss = 1 - cfg.slo.target
+    c = max(math.floor(rate * service), 0) + 1
+    while c < limit:
+        waits = erlang_c(c, rate * service)
+        if waits * math.exp(-(c / service - rate) * slack) <= miss:
+            return c
+        c += 1
+    return limit
+
+
+def scale_in_hold(
+    history: tuple[tuple[float, float], ...], now: float, cfg: PlannerConfig, current: int, carried: float
+) -> str:  # fmt: skip
+    """Why ``current`` replicas must stay ("" when one may go): a burst that ``current - 1`` replicas
+    would not carry (each at ``current / (current - 1)`` of its load) is expected within a start-up.
+
+    The demand history's excursions over what ``current - 1`` replicas carry are the bursts that
+    needed the last replica; the gaps between their starts say when the next is due. The replica
+    stays until the ``burst_quantile`` of those gaps (one start-up with a single burst seen) has
+    passed since the last one: a pod removed sooner is likely wanted back before a new one is ready.
+    """
+    if current <= 1:
+        return ""
+    level = (current - 1) * carried
+    starts: list[float] = []
+    last = None
+    over_before = False
+    for t, d in history:
+        over = d > level
+        if over and not over_before:
+            starts.append(t)
+        if over:
+            last = t
+        over_before = over
+    if last is None:
+        return ""
+    gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
+    due = gaps[max(math.ceil(cfg.burst_quantile * len(gaps)) - 1, 0)] if gaps else 0.0
+    hold = max(due, cfg.lead_s)
+    if now - last >= hold:
+        return ""
+    return (
+        f"{current - 1} replicas carry {level:.3g}/s, {now - last:.0f} s after demand over it; "
+        f"next burst due within {hold:.0f} s ({len(starts)} bursts seen)"
+    )
+
+
+def longest_idle_ttft_s(profile: EngineProfile) -> float:
+    """TTFT of the longest prompt the model takes, alone on an idle replica: no request's TTFT is
+    longer unless it waited (behind other prefills or for a batch slot)."""
+    return profile.prefill_time_s(profile.max_context)
+
+
 def load_evidence(
     window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float
 ) -> list[str]:  # fmt: skip
-    """What says that load, not the requests themselves, makes the tail slow (empty: nothing)."""
+    """What says that waiting or batch size, not the requests themselves, made the tail slow.
+
+    A request the profile says is slow even alone (a long prompt with a one-token output) keeps the
+    per-token tail high at any replica count; it shows neither in the time requests waited nor in
+    the time between tokens. So the evidence is: time spent queued (Triton's queue histogram where
+    the pods export it), a TTFT tail longer than the longest prompt takes alone (only waiting makes
+    it so), a tail of inter-token latency over the per-token allowance (steps slowed by the batch),
+    a nearly full KV cache, or demand per replica over capacity. Requests waiting at one scrape are
+    not: in a burst some always are.
+    """
     evidence = []
-    waiting = window.gauges.get("waiting", 0.0)
-    if waiting >= 1:
-        evidence.append(f"{waiting:g} requests waiting")
+    idle = longest_idle_ttft_s(cfg.profile)
+    queue = window.latency("queue")
+    if queue.count > 0 and math.isfinite(queue.p99) and queue.p99 > idle:
+        evidence.append(f"queue time p99 {queue.p99 * 1000:.3g} ms")
+    ttft = window.latency("ttft").p99
+    if math.isfinite(ttft) and ttft > idle:
+        evidence.append(f"TTFT p99 {ttft * 1000:.3g} ms over the longest prompt's {idle * 1000:.3g} ms alone")
+    itl = window.latency("itl").p99
+    allowed = cfg.slo.per_token_allowed(cfg.long_output_tokens)
+    if math.isfinite(itl) and itl > allowed:
+        evidence.append(f"inter-token p99 {itl * 1000:.3g} ms over {allowed * 1000:.3g} ms")
     kv = window.gauges.get("kv_usage", 0.0)
     if kv >= cfg.kv_usage_high:
         evidence.append(f"KV cache {kv:.0%} used")
@@ -151,9 +299,7 @@ def load_evidence(
     return evidence
 
 
-def tail_guard(
-    window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float
-) -> tuple[bool, str]:
+def tail_guard(window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float) -> tuple[bool, str]:
     """Whether to add a replica for the tail, and what to say about it ("" when the tail is fine)."""
     q = cfg.slo.window_quantile
     limits = {
@@ -170,7 +316,7 @@ def tail_guard(
     evidence = load_evidence(window, cfg, demand, per_replica)
     if evidence:
         return True, f"{', '.join(over)} with load ({', '.join(evidence)})"
-    return False, f"{', '.join(over)}: over SLO, not load (nothing waiting, KV and demand within capacity)"
+    return False, f"{', '.join(over)}: over SLO, not load (no queueing, batch, KV or demand over capacity)"
 
 
 def planner_decide(
@@ -184,26 +330,42 @@ def planner_decide(
     started = window.latency("ttft").count / window.span
     waiting = window.gauges.get("waiting", 0.0)
     demand = started + waiting * mix.choices / cfg.drain_s
-    history = tuple((t, d) for t, d in state.demand if t > now - cfg.trend_window_s) + ((now, demand),)
+    kept = max(cfg.trend_window_s, cfg.lookback_s)
+    history = tuple((t, d) for t, d in state.demand if t > now - kept) + ((now, demand),)
+    recent = tuple((t, d) for t, d in history if t > now - cfg.trend_window_s)
     # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
     # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
     # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
-    slope = trend(history) if history[-1][0] - history[0][0] >= cfg.trend_window_s / 2 else 0.0
-    planned = max(demand, demand + slope * (cfg.lead_s + window.span / 2))
+    slope = trend(recent) if recent[-1][0] - recent[0][0] >= cfg.trend_window_s / 2 else 0.0
+    forecast = max(demand, demand + slope * (cfg.lead_s + window.span / 2))
+    burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)
+    planned = max(forecast, burst)
     per_replica = choices_per_second(
         cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )
-    want = math.ceil(planned / (per_replica * cfg.headroom)) if planned > 0 else 0
-    why = f"demand {demand:.3g}/s, planned {planned:.3g}/s, {per_replica:.3g}/s per replica"
+    carried = per_replica * cfg.headroom
+    throughput = math.ceil(planned / carried) if planned > 0 else 0
+    queued = queue_replicas(cfg, planned / mix.choices, mix, spec.max_deployment_count)
+    want, term = (queued, "TTFT queue") if queued > throughput else (throughput, "throughput")
+    source = "burst" if burst > forecast else "forecast"
+    why = (
+        f"demand {demand:.3g}/s, planned {planned:.3g}/s ({source}), {per_replica:.3g}/s per replica; {want} by {term}"
+    )
     add, tail = tail_guard(window, cfg, demand, per_replica)
     if tail and want <= current and serving_replicas(window) >= current:
         want = current + 1 if add else want
         why += f"; {tail}"
-    stabilized, kept = stabilize(state.proposals, want, current, now, spec.stabilization_window)
+    if want < current:
+        hold = scale_in_hold(history, now, cfg, current, carried)
+        if hold:
+            want = current
+            why += f"; held: {hold}"
+    stabilized, proposals = stabilize(state.proposals, want, current, now, spec.stabilization_window)
     limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
     desired = bounds(limited, spec)
     values = {
-        "demand": demand, "planned": planned, "per_replica": per_replica,
+        "demand": demand, "forecast": forecast, "burst": burst, "planned": planned, "per_replica": per_replica,
+        "throughput_replicas": throughput, "queue_replicas": queued,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile
@@ -212,7 +374,7 @@ def planner_decide(
         if math.isfinite(value):
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
-    new_state = PlannerState(desired, history, mix, kept, events)
+    new_state = PlannerState(desired, history, mix, proposals, events)
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 
 
@@ -221,9 +383,7 @@ def planner_decide_fn(
 ) -> Callable[[WindowStats, ScalerSpec, PlannerState, float], tuple[Decision, PlannerState]]:
     """``planner_decide`` bound to ``cfg``: the ``decide(window, spec, state, now)`` of a policy."""
 
-    def decide(
-        window: WindowStats, spec: ScalerSpec, state: PlannerState, now: float
-    ) -> tuple[Decision, PlannerState]:
+    def decide(window: WindowStats, spec: ScalerSpec, state: PlannerState, now: float) -> tuple[Decision, PlannerState]:
         return planner_decide(window, spec, state, now, cfg)
 
     return decide

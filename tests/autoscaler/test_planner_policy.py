@@ -19,7 +19,17 @@ from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.collect.exposition import parse_exposition
 from autoscaler.config import ConfigError, PlannerSpec, RateLimit, ScalerSpec, parse_config, parse_registration
 from autoscaler.loop import Controller
-from autoscaler.planner import PlannerState, load_evidence, planner_config, planner_decide
+from autoscaler.planner import (
+    Mix,
+    PlannerState,
+    burst_level,
+    erlang_c,
+    load_evidence,
+    planner_config,
+    planner_decide,
+    queue_replicas,
+    scale_in_hold,
+)
 from autoscaler.policy import build_policy
 from autoscaler.profile import load_profile
 from autoscaler.telemetry import Telemetry
@@ -260,39 +270,55 @@ def test_before_any_request_finished_the_configured_mix_stands_in(profile_path):
 
 
 def test_a_tail_over_the_slo_without_load_never_ratchets(profile_path):
-    """Long prompts, short outputs: p99 per-token misses the SLO even on idle replicas; nothing waits.
+    """Long prompts, short outputs: p99 per-token misses the SLO even on idle replicas; one request
+    waits at each scrape (in a burst some always do), none waited long.
 
     Ten minutes of it: the planner never adds a pod and scales in to what demand needs.
     """
     spec = spec_for(profile_path)
-    p = Planner(spec, 4)
-    seen = [p.at(t, window(1, prompt=900, output=3, pertoken_p99=0.2, pods=p.state.replicas)) for t in range(0, 600, 5)]
-    cfg = planner_config(spec.planner, load_profile(profile_path))
-    needed = math.ceil(1 / (choices_per_second(cfg.profile, cfg.per_token_target_s, 900, 3, 1) * cfg.headroom))
-    assert needed == 2
-    assert max(seen) <= 4 and seen[-1] == needed
+    p = Planner(spec, 6)
+    seen = [
+        p.at(t, window(1, prompt=900, output=3, pertoken_p99=0.2, waiting=1, pods=p.state.replicas))
+        for t in range(0, 600, 5)
+    ]
+    needed = max(p.values["throughput_replicas"], p.values["queue_replicas"])
+    assert needed < 6
+    assert max(seen) <= 6 and seen[-1] == needed
     assert all("over SLO, not load" in r for r in p.reasons)
 
 
-def test_a_tail_over_the_slo_with_requests_waiting_adds_a_pod_then_scales_in(profile_path):
+def test_a_tail_over_the_slo_of_requests_that_waited_adds_a_pod_then_scales_in(profile_path):
+    """TTFT p99 1.5 s, longer than the longest prompt takes alone (1.04 s): requests waited."""
     p = Planner(spec_for(profile_path), 2)
-    assert p.at(0, window(1, pertoken_p99=0.2, waiting=3, pods=2)) == 3
-    assert "with load (3 requests waiting)" in p.reasons[-1]
-    assert p.at(5, window(1, pertoken_p99=0.2, waiting=3, pods=2)) == 3  # the third pod is starting
-    assert p.at(30, window(1, pertoken_p99=0.2, waiting=3, pods=3)) == 4
+    assert p.at(0, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=2)) == 3
+    assert "with load (TTFT p99 1.5e+03 ms over the longest prompt's 1.04e+03 ms alone)" in p.reasons[-1]
+    assert p.at(5, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=2)) == 3  # the third pod is starting
+    assert p.at(30, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=3)) == 4
     calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, 400, 5)]
     assert calm[0] == 4  # the stabilization window holds the scale-down
     assert calm[-1] == 1
 
 
+def test_slow_steps_count_as_load_and_one_request_waiting_does_not(profile_path):
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    calm = window(1, waiting=1)
+    assert load_evidence(calm, cfg, 1, 10) == []
+    slow_steps = replace(calm, latencies={**calm.latencies, "itl": LatencyStats(100, 0.03, 0.03, 0.05, 0.08)})
+    assert load_evidence(slow_steps, cfg, 1, 10) == ["inter-token p99 80 ms over 50 ms"]
+    queued = replace(calm, latencies={**calm.latencies, "queue": LatencyStats(30, 0.5, 0.5, 1.5, 2.0)})
+    assert load_evidence(queued, cfg, 1, 10) == ["queue time p99 2e+03 ms"]
+
+
 def test_instances_in_one_pod_count_as_replicas_for_the_tail(profile_path):
-    """The Triton actuator: one pod, its instances the replicas. The tail with requests waiting adds
+    """The Triton actuator: one pod, its instances the replicas. The tail of requests that waited adds
     a third instance, waits while it loads, then adds a fourth, as it would pods."""
     p = Planner(spec_for(profile_path), 2)
-    assert p.at(0, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=2)) == 3
-    assert p.at(5, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=2)) == 3  # the third is loading
-    assert p.at(30, window(1, pertoken_p99=0.2, waiting=3, pods=1, instances=3)) == 4
-    assert "with load (3 requests waiting)" in p.reasons[-1]
+    waited = {"pertoken_p99": 0.2, "ttft_p99": 1.5, "pods": 1}
+    assert p.at(0, window(1, **waited, instances=2)) == 3
+    assert p.at(5, window(1, **waited, instances=2)) == 3  # the third is loading
+    assert p.at(30, window(1, **waited, instances=3)) == 4
+    assert "with load (TTFT p99" in p.reasons[-1]
 
 
 def test_demand_per_replica_is_over_the_instances_serving(profile_path):
@@ -311,9 +337,11 @@ def test_a_nearly_full_kv_cache_counts_as_load(profile_path):
 
 
 def test_a_ttft_tail_without_load_is_reported_not_scaled(profile_path):
+    """TTFT p99 0.9 s against a 0.5 s SLO, within what the longest prompt takes alone (1.04 s): the
+    prompts that miss would miss on an idle replica."""
     p = Planner(spec_for(profile_path, ttft_slo=500), 2)
-    assert p.at(0, window(1, ttft_p99=2.0, pods=2)) <= 2
-    assert "ttft_p99 2e+03 ms > 500 ms: over SLO, not load" in p.reasons[-1]
+    assert p.at(0, window(1, ttft_p99=0.9, pods=2)) <= 2
+    assert "ttft_p99 900 ms > 500 ms: over SLO, not load" in p.reasons[-1]
 
 
 # -- the live loop ---------------------------------------------------------------------------------
@@ -355,10 +383,88 @@ def test_the_controller_scales_out_and_in_with_the_planner(profile_path):
                 clock.advance(1)
                 ctl.run_once()
             assert cluster.replicas("triton") == out  # inside the 20 s stabilization window
-            for _ in range(40):
+            for _ in range(90):  # the burst level remembers ten start-ups (50 s) of demand
                 clock.advance(1)
                 ctl.run_once()
             assert cluster.replicas("triton") == 1
             assert "demand 0/s" in ctl.targets.view("gpt2")["decisions"][0]["reason"]
     finally:
         pod.stop()
+
+
+# -- bursts: the level one start-up can bring, the TTFT queue, scale-in between bursts ---------------
+
+
+def test_the_burst_level_is_a_quantile_of_each_start_up_slots_peak_not_the_mean():
+    """Ten 60 s slots; in each a 10 s burst of 50/s among rounds of 2/s (one slot's burst 200/s)."""
+    history = tuple((float(t), 50.0 if t % 60 == 30 else 2.0) for t in range(5, 600, 5)) + ((590.0, 200.0),)
+    assert burst_level(history, 600, 60, 600, 0.9) == 50  # the outlying slot is the one left out
+    assert burst_level(history, 600, 60, 600, 1.0) == 200
+    assert burst_level(history, 600, 60, 120, 0.9) == 200  # two slots: the quantile is their peak
+    assert burst_level((), 600, 60, 600, 0.9) == 0
+
+
+@pytest.mark.parametrize(
+    ("servers", "offered", "want"),
+    [(1, 0.5, 0.5), (2, 1.0, 1 / 3), (3, 0.0, 0.0), (2, 2.0, 1.0), (10, 5.0, 0.0361)],
+    ids=["m-m-1-is-rho", "two-servers", "no-load", "saturated", "ten-servers"],
+)
+def test_erlang_c_waiting_probability(servers, offered, want):
+    assert erlang_c(servers, offered) == pytest.approx(want, abs=1e-4)
+
+
+def test_the_ttft_queue_needs_more_replicas_as_prompts_grow_and_none_without_load(profile_path):
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), ttft_slo=1000), load_profile(profile_path))
+    short, long = Mix(32, 32, 1.0), Mix(600, 32, 1.0)
+    assert queue_replicas(cfg, 0.0, short, 64) == 0
+    assert 0 < queue_replicas(cfg, 20.0, short, 64) <= queue_replicas(cfg, 20.0, long, 64)
+    assert queue_replicas(cfg, 20.0, long, 64) < queue_replicas(cfg, 40.0, long, 64)
+    assert queue_replicas(cfg, 1e6, long, 64) == 64  # capped at the bound it may use
+
+
+def test_a_count_set_by_the_ttft_queue_says_so(profile_path):
+    """Prompts whose prefill takes 0.92 s of a 1 s TTFT: little time to wait, so the queue of
+    prefills, not the tokens to carry, decides the count."""
+    p = Planner(spec_for(profile_path, ttft_slo=1000), 1)
+    p.at(0, window(2, prompt=900, output=1))
+    assert "by TTFT queue" in p.reasons[-1]
+    assert p.values["queue_replicas"] > p.values["throughput_replicas"]
+
+
+def test_bursts_shorter_than_a_start_up_are_planned_for_between_them(profile_path):
+    """10 s bursts of 40/s every 90 s, 1/s between: the rounds between bursts plan for the burst."""
+    p = Planner(spec_for(profile_path, startup=60), 1)
+    counts = []
+    for t in range(0, 600, 5):
+        rate = 40 if t % 90 < 10 else 1
+        counts.append(p.at(t, window(rate, span=10, pods=p.state.replicas)))
+    burst_need = p.values["throughput_replicas"]
+    assert min(counts[-30:]) >= burst_need > 1
+    assert "(burst)" in p.reasons[-1]
+
+
+def test_scale_in_waits_for_the_gap_between_bursts_learned_from_them(profile_path):
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    bursts = tuple((float(t), 30.0 if t % 100 < 10 else 1.0) for t in range(0, 400, 5))
+    hold = scale_in_hold(bursts, 400, cfg, 4, 30 / 3.5)
+    assert "next burst due within 100 s (4 bursts seen)" in hold
+    assert scale_in_hold(bursts, 400 + 100, cfg, 4, 30 / 3.5) == ""  # a whole gap without one
+    assert scale_in_hold(bursts, 400, cfg, 4, 30 / 3) == ""  # three replicas carry the bursts
+    one = ((0.0, 30.0), (5.0, 1.0))
+    assert f"due within {cfg.lead_s:.0f} s (1 bursts seen)" in scale_in_hold(one, cfg.lead_s / 2, cfg, 4, 1.0)
+    assert scale_in_hold(one, 30, cfg, 1, 1.0) == ""
+
+
+def test_the_burst_settings_are_validated_every_error_at_once():
+    errors = PlannerSpec(profile="x", burst_quantile=0, burst_lookback=-1).validate()
+    assert any("scaler.planner.burst_quantile = 0: must be in (0, 1]" in e for e in errors)
+    assert any(e.startswith("scaler.planner.burst_lookback = -1") for e in errors)
+    assert any(e.startswith("scaler.planner.profile") for e in errors)
+
+
+def test_the_burst_lookback_defaults_to_ten_start_ups(profile_path):
+    profile = load_profile(profile_path)
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), startup=45), profile)
+    assert cfg.lookback_s == 450
+    assert planner_config(PlannerSpec(profile=str(profile_path), burst_lookback=120), profile).lookback_s == 120

@@ -32,14 +32,15 @@ SPEC = ScalerSpec(max_deployment_count=10, stabilization_window=60)
 
 
 def window(
-    started_per_s: float, tokens: float = 30, span: float = 30, waiting: float = 0, p99_tok=0.01, pods=1
-):
+    started_per_s: float, tokens: float = 30, span: float = 30, waiting: float = 0, p99_tok=0.01, pods=1,
+    p99_itl=0.02,
+):  # fmt: skip
     started = started_per_s * span
     stats = {
         "ttft": LatencyStats(started, 0.05, 0.05, 0.05, 0.1),
         "pertoken": LatencyStats(started, 0.01, 0.01, 0.01, p99_tok),
         "request": LatencyStats(started, 0.3, 0.3, 0.3, 0.4),
-        "itl": LatencyStats(started * (tokens - 1), 0.01, 0.01, 0.01, 0.02),
+        "itl": LatencyStats(started * (tokens - 1), 0.01, 0.01, 0.01, p99_itl),
     }
     return WindowStats(latencies=stats, gauges={"waiting": waiting, "running": 1}, pods=pods, span=span)
 
@@ -91,11 +92,16 @@ def test_backlog_in_the_queues_counts_as_demand():
     assert p.at(0, window(5, waiting=200)) > Planner(1).at(0, window(5))
 
 
-def test_a_tail_over_its_slo_with_requests_waiting_adds_a_replica_even_if_the_model_says_enough():
+def test_a_tail_over_its_slo_with_slow_steps_adds_a_replica_even_if_the_model_says_enough():
     p = Planner(3)
-    assert p.at(0, window(0.5, waiting=2, p99_tok=0.08, pods=3)) == 4
+    assert p.at(0, window(0.5, p99_itl=0.06, p99_tok=0.08, pods=3)) == 4
     # The fourth pod is starting (3 report): help is on its way, no fifth yet.
-    assert p.at(5, window(0.5, waiting=2, p99_tok=0.08, pods=3)) == 4
+    assert p.at(5, window(0.5, p99_itl=0.06, p99_tok=0.08, pods=3)) == 4
+
+
+def test_requests_waiting_alone_are_not_load_for_the_tail():
+    decision, _ = planner_decide(window(0.5, waiting=2, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 0.0, CFG)
+    assert "over SLO, not load" in decision.reason
 
 
 def test_a_tail_over_its_slo_without_load_adds_nothing():
@@ -111,8 +117,12 @@ def test_no_pods_reporting_holds():
 
 
 def test_scale_down_waits_for_the_stabilization_window_and_bounds_apply():
-    # select: max removes 100% at once (the default, min, removes one pod a minute)
-    p = Planner(6, spec=replace(SPEC, min_deployment_count=2, scale_down=replace(SPEC.scale_down, select="max")))
+    # select: max removes 100% at once (the default, min, removes one pod a minute); a burst level that
+    # remembers 30 s has forgotten the high demand by 61 s
+    p = Planner(
+        6, cfg=replace(CFG, burst_lookback_s=30),
+        spec=replace(SPEC, min_deployment_count=2, scale_down=replace(SPEC.scale_down, select="max")),
+    )  # fmt: skip
     high = p.at(0, window(30))
     assert high >= 6
     assert p.at(30, window(0.1)) == high  # within the 60 s window of a high proposal

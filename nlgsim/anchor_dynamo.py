@@ -1,13 +1,17 @@
 """The ``dynamo`` anchor: NVIDIA Dynamo's SLA planner on one aggregated engine per replica.
 
 Dynamo's planner (``ai-dynamo/dynamo``, ``components/src/dynamo/planner/``; design in
-``docs/design-docs/planner-design.md``) runs two loops when both of its modes are on:
+``docs/design-docs/planner-design.md``; user guide: NVIDIA's "Planner Guide",
+docs.nvidia.com/dynamo, components/planner/planner-guide) with ``optimization_target: sla`` (the
+profile-driven one; the default ``throughput`` target is static queue and KV thresholds with no
+profile) runs two loops when both of its modes are on:
 
 * **throughput** (``core/throughput_scaling.py``), every ``throughput_adjustment_interval``: the
   requests, mean input and output lengths of the last interval go to a load predictor, and the
   predicted requests per second over what one engine serves within the TTFT and ITL targets (its
-  performance model, bootstrapped from the pre-deployment profile) give a replica count. With load
-  scaling on, that count is only a lower bound;
+  performance model, bootstrapped from the pre-deployment profile) give a replica count; in
+  aggregated mode a TTFT over its target at that rate is only logged. With load scaling on, that
+  count is only a lower bound;
 * **load** (``core/load_scaling.py``, aggregated mode), every ``load_adjustment_interval``: the
   performance model estimates each engine's next TTFT (its queued prefill, chunked, with the running
   decode piggybacked) and ITL (its running and queued decode). One replica more when every engine is
@@ -18,8 +22,9 @@ Dynamo's planner (``ai-dynamo/dynamo``, ``components/src/dynamo/planner/``; desi
 
 Here the performance model is the engine profile (:mod:`autoscaler.capacity`), the engines are the
 window's mean engine (the pods export sums, not each engine's queue; the Service spreads the load),
-and the targets are the SLO's: TTFT where the SLO names it, else Dynamo's default, and the per-token
-latency the SLO allows a long output as the ITL. What differs from Dynamo's defaults, and why:
+the requests received in an interval are those that started plus the queue's growth, and the
+targets are the SLO's: TTFT where the SLO names it, else Dynamo's default, and the per-token latency
+the SLO allows a long output as the ITL. What differs from Dynamo's defaults, and why:
 
 * the load predictor is ``constant`` (next interval = last interval), not the default ``arima``
   (pmdarima's auto-ARIMA, which this project does not carry): ARIMA itself returns the last value

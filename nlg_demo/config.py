@@ -3,7 +3,8 @@
 This module owns turning the demo's options into an :class:`~autoscaler.config.AutoscalerConfig`:
 the direct scrape of Triton's metrics port, the Triton in-place actuator, the control loop's timing,
 and the policy ``--policy`` names (``pertoken`` on a threshold, or ``planner`` on an engine profile
-with the threshold as its per-token SLO and the load's mix as its first guess of the lengths).
+with the threshold as its per-token SLO, the load's mix as its first guess of the lengths, and a
+trend and a burst lookback as short as the demo's load).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from nlg_demo.load import mix_of
 MODEL = "gpt2"
 #: The demo's load lasts a minute or two; the planner's default trend (60 s) would barely see it start.
 TREND_WINDOW_S = 30.0
+#: The burst level's lookback, for the same reason: by default ten start-ups, which is minutes for a
+#: tritonserver starting on a busy CPU, it would hold the peak's instances past the end of the run.
+BURST_LOOKBACK_S = 30.0
 
 
 class Server(Protocol):
@@ -49,6 +53,7 @@ def planner_spec(args: argparse.Namespace, threshold: float, profile: Path) -> P
         prompt_tokens=mix.prompt_tokens,
         output_tokens=mix.output_tokens,
         trend_window=TREND_WINDOW_S,
+        burst_lookback=BURST_LOOKBACK_S,
     )
 
 

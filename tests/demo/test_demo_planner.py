@@ -12,7 +12,7 @@ import pytest
 from autoscaler.app import App
 from autoscaler.policy import build_policy
 from autoscaler.profile import EngineProfile, load_profile
-from nlg_demo.config import TREND_WINDOW_S, demo_config
+from nlg_demo.config import BURST_LOOKBACK_S, TREND_WINDOW_S, demo_config
 from nlg_demo.load import LoadRecord, mix_of
 from nlg_demo.plot import draw
 from nlg_demo.run import (
@@ -197,7 +197,7 @@ def test_the_planner_configuration_names_the_served_profile_slo_and_mix(tmp_path
     planner, mix = config.scaler.planner, mix_of(args.complex)
     assert (config.scaler.type, planner.profile, planner.per_token_slo) == ("planner", str(path), 6.6)
     assert (planner.prompt_tokens, planner.output_tokens) == (mix.prompt_tokens, mix.output_tokens)
-    assert planner.trend_window == TREND_WINDOW_S
+    assert (planner.trend_window, planner.burst_lookback) == (TREND_WINDOW_S, BURST_LOOKBACK_S)
     assert (config.scaler.scale_up.max_pods, config.scaler.scale_down.max_pods) == (1, 1)
     policy = build_policy(config.scaler)
     assert policy.name == "planner" and policy.targets["pertoken_p99"] == pytest.approx(6.6)
@@ -245,6 +245,34 @@ def test_the_demo_reports_and_plots_the_forecast_of_the_live_planner(tmp_path):
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert len(fig.axes) == 3
     assert "forecast, one start-up ahead" in legend and "demand (planner, from the pods)" in legend
+
+
+@pytest.mark.integration
+def test_the_demos_planner_returns_to_one_instance_within_the_runs_tail_after_its_peak(tmp_path):
+    """A peak the planner scales out for, then no load for as long as the demo's default run leaves
+    (half of its 180 s): the instances come back to one before the run ends."""
+    args = planner_args(tmp_path)
+    path = served_file(args)
+    pod = PodMetrics()
+    desired = []
+    try:
+        with FakeTriton() as triton:
+            server = SimpleNamespace(
+                http_url=triton.url.removeprefix("http://"), metrics_url=f"http://{pod.target}/metrics"
+            )
+            app = App(demo_config(args, server, threshold=6.6, profile=path), clock=(clock := FakeClock()))
+            try:
+                for i in range(int(args.duration / args.interval)):
+                    if i < 45:  # 90 s of load at 8 requests a second
+                        pod.serve_requests(16, prompt=58, output=40, ttft_s=0.05, pertoken_s=0.005)
+                    clock.advance(args.interval)
+                    app.controller.run_once()
+                    desired.append(app.controller.targets.view("gpt2")["decisions"][0]["desired"])
+            finally:
+                app.stop()
+    finally:
+        pod.stop()
+    assert max(desired[:45]) >= 2 and desired[-1] == 1, desired
 
 
 # -- for real --------------------------------------------------------------------------------------

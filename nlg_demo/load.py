@@ -15,7 +15,9 @@ Every arrival is sent: the load is open, and a request's latency counts from its
 (their wait counts in their latency, though the server does not see it). The cap is well above what
 the server holds in a steady peak, so that the server's own queue, which the autoscaler reads, is
 where the load waits; it matters only while a reload stalls the server (a CPU reloading instances
-serves little for seconds, and a peak's arrivals pile up meanwhile).
+serves little for seconds, and a peak's arrivals pile up meanwhile). A load made with ``shed=True``
+drops the arrivals beyond the cap instead, and counts them (``dropped``): an overload whose backlog
+stays bounded, for a test that waits for it to drain.
 """
 
 from __future__ import annotations
@@ -80,7 +82,8 @@ MAX_IN_FLIGHT = 128
 
 class PoissonLoad:
     """Arrivals at ``rate`` per second (reached after ``ramp`` seconds); a ``complex_fraction`` of them
-    complex; at most ``max_in_flight`` streams open, the arrivals beyond queued in the client."""
+    complex; at most ``max_in_flight`` streams open, the arrivals beyond queued in the client (or,
+    with ``shed``, dropped)."""
 
     def __init__(
         self,
@@ -91,6 +94,7 @@ class PoissonLoad:
         max_in_flight: int = MAX_IN_FLIGHT,
         model: str = "gpt2",
         ramp: float = 0.0,
+        shed: bool = False,
     ) -> None:
         self.grpc_url = grpc_url
         self.rate = rate
@@ -99,6 +103,10 @@ class PoissonLoad:
         self.model = model
         self.records: list[LoadRecord] = []
         self.max_in_flight = max_in_flight
+        self.shed = shed
+        self.dropped = 0
+        """Arrivals not sent because ``shed`` was set and ``max_in_flight`` streams were open (no record)."""
+        self._open = 0
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -124,6 +132,9 @@ class PoissonLoad:
             # Thinning: candidates at the full rate, each kept with the share the rate has reached.
             if self.ramp > 0 and self._rng.random() * self.rate > self.rate_at(time.monotonic() - started):
                 continue
+            if self.shed and self.in_flight >= self.max_in_flight:
+                self.dropped += 1
+                continue
             query = COMPLEX if self._rng.random() < self.complex_fraction else SIMPLE
             record = LoadRecord(
                 query.name, time.monotonic(), query.draw_max_tokens(self._rng), query.choices,
@@ -132,6 +143,7 @@ class PoissonLoad:
             prompt = prompt_of(query.prompt_tokens, self._rng)
             with self._lock:
                 self.records.append(record)
+                self._open += 1
             self._pool.submit(self._send, record, prompt)
 
     def send(self, query: QueryType, max_tokens: int | None = None) -> LoadRecord:
@@ -142,6 +154,7 @@ class PoissonLoad:
         )  # fmt: skip
         with self._lock:
             self.records.append(record)
+            self._open += 1
         self._send(record, prompt_of(query.prompt_tokens, self._rng))
         return record
 
@@ -160,11 +173,14 @@ class PoissonLoad:
             record.error = f"{type(e).__name__}: {e}"
         finally:
             record.end = time.monotonic()
+            with self._lock:
+                self._open -= 1
 
     @property
     def in_flight(self) -> int:
+        """Requests arrived and not ended: streams open and arrivals waiting for one."""
         with self._lock:
-            return sum(1 for r in self.records if r.end is None)
+            return self._open
 
     def stop_arrivals(self) -> None:
         """No new requests; those in flight go on."""

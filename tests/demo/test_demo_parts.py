@@ -43,8 +43,8 @@ def test_the_rate_ramps_linearly_then_holds(ramp, elapsed, want):
 class HeldLoad(PoissonLoad):
     """A load whose streams stay open until ``release`` is set (no server), counting how many are open."""
 
-    def __init__(self, max_in_flight: int) -> None:
-        super().__init__("127.0.0.1:1", rate=500.0, seed=3, max_in_flight=max_in_flight)
+    def __init__(self, max_in_flight: int, shed: bool = False) -> None:
+        super().__init__("127.0.0.1:1", rate=500.0, seed=3, max_in_flight=max_in_flight, shed=shed)
         self.release = threading.Event()
         self.open = self.most_open = 0
         self._count_lock = threading.Lock()
@@ -72,6 +72,20 @@ def test_arrivals_beyond_the_streams_in_flight_wait_in_the_client_and_are_all_se
         load.release.set()
         load.join()
     assert all(r.complete for r in load.records) and load.most_open <= 3
+
+
+def test_a_load_that_sheds_drops_the_arrivals_beyond_the_streams_in_flight_and_counts_them():
+    load = HeldLoad(max_in_flight=3, shed=True).start()
+    try:
+        deadline = time.monotonic() + 10
+        while load.dropped < 5 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        load.stop_arrivals()
+        assert load.dropped >= 5 and len(load.records) == 3  # a dropped arrival leaves no record
+    finally:
+        load.release.set()
+        load.join()
+    assert all(r.complete for r in load.records)
 
 
 def test_the_summary_counts_the_requests_served_of_those_sent_and_the_instances_reached():

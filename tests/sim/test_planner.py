@@ -145,3 +145,28 @@ def test_the_planner_is_a_policy_with_the_live_signature_and_runs_in_the_simulat
     s = summarize(log, SLO())
     assert s.max_replicas > 1
     assert s.requests == len(reqs)
+
+
+def ready_at(log, t: float) -> int:
+    """Ready pods at ``t`` on the run's clock."""
+    return [ready for when, _, ready, _ in log.pod_changes if when <= t][-1]
+
+
+def test_bursts_shorter_than_a_start_up_find_the_pods_the_first_one_asked_for():
+    """Timeline: 10 s bursts of 40/s every 200 s, 0.5/s between, pods starting in 20 s, scale-down
+    free to remove every pod after 30 s of stabilization. The first burst asks for pods that come
+    after it; the planner keeps them through the gaps (its burst level looks back 250 s), so every
+    later burst opens on them; a burst level that forgets after one start-up lets them go."""
+    gap = 200.0
+    bursts = [Request(0, b * gap + 60 + (i % 400) * 0.025, 34, (30,)) for b in range(4) for i in range(400)]
+    calm = [Request(0, i * 2.0, 34, (30,)) for i in range(420)]
+    reqs = [replace(r, id=i) for i, r in enumerate(sorted([*bursts, *calm], key=lambda r: r.arrival))]
+    spec = replace(SPEC, stabilization_window=30, scale_down=replace(SPEC.scale_down, select="max", period=5))
+    opening, first = {}, {}
+    for name, cfg in (("kept", CFG), ("forgotten", replace(CFG, burst_lookback_s=CFG.lead_s))):
+        log = simulate(Scenario(PROFILE, reqs, planner_policy(spec, cfg), loop_interval=5.0))
+        opening[name] = [ready_at(log, b * gap + 59) for b in (1, 2, 3)]
+        first[name] = max(ready for when, _, ready, _ in log.pod_changes if when <= gap)
+    assert first["kept"] == first["forgotten"] > 2  # the first burst finds one pod either way
+    assert opening["forgotten"] == [1, 1, 1]
+    assert min(opening["kept"]) >= 2, opening

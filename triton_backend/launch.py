@@ -226,18 +226,16 @@ class TritonServer:
         self.stop()
 
     def _wait_ready(self) -> None:
+        """Until the server is ready and its metrics endpoint answers: Triton starts the metrics service
+        after HTTP and gRPC, so a ready server may refuse a scrape for a moment (tens of milliseconds
+        here, longer on a loaded machine)."""
         assert self.process is not None
         deadline = time.monotonic() + self._ready_timeout
-        url = f"http://{self.http_url}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self._log_summary()}")
-            try:
-                with urllib.request.urlopen(url, timeout=1) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                pass
+            if answers(f"http://{self.http_url}/v2/health/ready") and answers(self.metrics_url):
+                return
             time.sleep(0.2)
         raise TimeoutError(f"tritonserver not ready in {self._ready_timeout:.0f}s:\n{self._log_summary()}")
 
@@ -246,6 +244,15 @@ class TritonServer:
         text = self.log_text()
         errors = [line for line in text.splitlines() if line.startswith("E")]
         return "\n".join(errors[-20:]) if errors else text[-4000:]
+
+
+def answers(url: str) -> bool:
+    """Whether a GET of ``url`` gets 200 within a second."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
 
 
 def _fingerprint(path: Path) -> str:

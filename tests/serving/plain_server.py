@@ -13,7 +13,7 @@ from pathlib import Path
 
 import tritonclient.grpc as grpcclient
 
-from triton_backend.launch import DEFAULT_MODEL_REPOSITORY, free_port, server_command, server_environment
+from triton_backend.launch import DEFAULT_MODEL_REPOSITORY, answers, free_port, server_command, server_environment
 
 
 class PlainTritonServer:
@@ -61,8 +61,10 @@ class PlainTritonServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise RuntimeError(f"tritonserver exited with {self.process.returncode}:\n{self.log()[-4000:]}")
+            # Triton starts its metrics service after gRPC: a model ready over gRPC does not yet mean
+            # a scrape is answered.
             with contextlib.suppress(Exception), grpcclient.InferenceServerClient(self.grpc_url) as client:
-                if client.is_model_ready("gpt2"):
+                if client.is_model_ready("gpt2") and answers(self.metrics_url):
                     return self
             time.sleep(0.3)
         self.stop()

@@ -74,17 +74,9 @@ def outcome(result: Any) -> str:
     return repr(result)
 
 
-HTTP_OTHER_PORT_FLAKY = pytest.mark.xfail(
-    strict=False,
-    reason="in a fresh clone's e2e step the server logged 'Signal (15) received' 0.4 s after it was ready, "
-    "before this test signals it, and its metrics port then refused the test's scrapes (the sender is not "
-    "found yet; issue 26 stays open for it)",
-)
-
-
 @pytest.mark.parametrize(
     ("http", "http_streams"),
-    [pytest.param(True, 2, marks=HTTP_OTHER_PORT_FLAKY), (False, 0)],
+    [(True, 2), (False, 0)],
     ids=["http-other-port", "http-off"],
 )
 def test_sigterm_ends_every_stream_and_exits_0_at_the_default_exit_timeout(tmp_path, http, http_streams):

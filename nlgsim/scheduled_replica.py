@@ -58,10 +58,16 @@ class ScheduledReplica:
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
         self._total_pages = pages.num_pages
+        self._params: dict[tuple[int, int], SamplingParams] = {}  # by (max_tokens, n): a request's are read only
 
     def submit(self, state: RequestState) -> None:
         req = state.request
-        params = SamplingParams(max_tokens=max(req.output_tokens), n=req.choices, temperature=0.0, ignore_eos=True)
+        shape = (max(req.output_tokens), req.choices)
+        params = self._params.get(shape)
+        if params is None:
+            params = self._params[shape] = SamplingParams(
+                max_tokens=shape[0], n=shape[1], temperature=0.0, ignore_eos=True
+            )
         key = str(req.id)
         request = Request.with_choices(key, [TOKEN] * req.prompt_tokens, params, req.arrival)
         try:
@@ -107,9 +113,20 @@ class ScheduledReplica:
         decoded = len(schedule.decode)
         if decoded:
             m.inter_token_latency.observe(now - self._t0, decoded)
+        targets = self._targets
+        if (
+            decoded
+            and not schedule.prefill
+            and min([targets[seq.request_id][seq.index] - seq.generated for seq in schedule.decode]) > 1
+            and self.scheduler.run_decode_steps(schedule, 1, TOKEN)
+        ):
+            # A step that only decodes and ends no choice: no update carries anything the pod reads.
+            m.generation_tokens += decoded
+            self.busy = False
+            self._record()
+            return
         tokens: dict[str, dict[int, int]] = {}
         stopped: set[tuple[str, int]] = set()
-        targets = self._targets
         sampled = decoded
         for seq in schedule.decode:
             request_id = seq.request_id
@@ -163,53 +180,49 @@ class ScheduledReplica:
         room = min([targets[seq.request_id][seq.index] - seq.generated for seq in decode]) - 1
         if room < 1:
             return end  # a choice ends in the step in progress
+        limit = self.scheduler.decode_steps_that_fit(schedule, room)  # the one in progress included
+        if limit == 0:
+            return end
         batch = len(decode)
         curve = self._curve(batch)
         contexts = [len(seq.token_ids) for seq in decode]
         longest, total = max(contexts), sum(contexts)
-        ends = [end]  # of the step in progress, then of each step after it that ends before `until`
-        # The loop is DecodeCurve.__call__ written out (the same arithmetic, in the same order, so the
-        # run is the stepped one bit for bit): calls are most of a step's cost in Python.
+        # DecodeCurve.__call__ and Histogram.observe written out (the same arithmetic, in the same
+        # order, so the run is the stepped one bit for bit): calls are most of a step's cost in Python.
         grid, below, above, weight = curve.context, curve.below, curve.above, curve.weight
-        if self._pad_to_longest or above is None or len(grid) < 2:
-            while len(ends) < room:
-                context = longest + len(ends) if self._pad_to_longest else (total + batch * len(ends)) / batch
-                step_end = ends[-1] + curve(context)
-                if step_end >= until:
-                    break
-                ends.append(step_end)
-        else:
-            last = len(grid) - 2
-            step_end = end
-            for k in range(1, room):
-                x = (total + batch * k) / batch
+        inline = not self._pad_to_longest and above is not None and len(grid) > 1
+        last = len(grid) - 2
+        itl = self.metrics.inter_token_latency
+        bounds, counts = itl.bounds, itl.counts
+        value = end - self._t0
+        counts[bisect_left(bounds, value)] += batch
+        total_s, count = itl.total + value * batch, itl.count + batch
+        steps = 1
+        while steps < limit:
+            if inline:
+                assert above is not None
+                x = (total + batch * steps) / batch
                 j = min(max(bisect_right(grid, x) - 1, 0), last)
                 wj = (x - grid[j]) / (grid[j + 1] - grid[j])
                 lo = below[j] + (below[j + 1] - below[j]) * wj
                 hi = above[j] + (above[j + 1] - above[j]) * wj
-                step_end += max(lo + (hi - lo) * weight, 1e-6)
-                if step_end >= until:
-                    break
-                ends.append(step_end)
-        steps = self.scheduler.run_decode_steps(schedule, len(ends), TOKEN)
-        if steps == 0:
-            return end
-        # Histogram.observe written out, for the same reason.
-        itl = self.metrics.inter_token_latency
-        bounds, counts = itl.bounds, itl.counts
-        total_s, count = itl.total, itl.count
-        start = self._t0
-        for step_end in ends[:steps]:
-            value = step_end - start
+                step_end = end + max(lo + (hi - lo) * weight, 1e-6)
+            else:
+                step_end = end + curve(longest + steps if self._pad_to_longest else (total + batch * steps) / batch)
+            if step_end >= until:
+                break
+            value = step_end - end
             counts[bisect_left(bounds, value)] += batch
             total_s += value * batch
             count += batch
-            start = step_end
+            end = step_end
+            steps += 1
         itl.total, itl.count = total_s, count
+        self.scheduler.run_decode_steps(schedule, steps, TOKEN)
         self.metrics.generation_tokens += batch * steps
         self._record()
         self._schedule = None
-        return self.start(ends[steps - 1])
+        return self.start(end)
 
     def _record(self) -> None:
         """The pod's gauges, as the engine's stats give them (``EngineStats``), read off the scheduler."""

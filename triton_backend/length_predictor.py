@@ -57,5 +57,7 @@ class LengthPredictor:
         if generated > predicted:
             self.underestimates += 1
         group = group_of(params, prompt_tokens)
-        seen = self._seen.setdefault(group, deque(maxlen=self.config.history))
+        seen = self._seen.get(group)
+        if seen is None:
+            seen = self._seen[group] = deque(maxlen=self.config.history)
         seen.append(generated)

@@ -136,11 +136,7 @@ class Scheduler:
 
     def schedule(self) -> Schedule:
         schedule = Schedule()
-        self._make_room_for_decode(schedule)
-        running = RequestStatus.RUNNING
-        schedule.decode = [
-            seq for r in self._admitted if r.status is running for seq in r.sequences if seq.finish_reason is None
-        ]
+        self._plan_decode(schedule)
         self._admit(len(schedule.decode))
         if self._num_prefilling:
             self._plan_prefill(schedule)
@@ -204,31 +200,44 @@ class Scheduler:
         choices' outstanding reservations only shrink (a page taken within a reservation lowers both,
         one taken beyond it only the free ones). Pages are taken per sequence, not step by step as
         `schedule` takes them: the numbers differ, what each sequence holds does not."""
-        seqs = schedule.decode
-        if schedule.prefill or not seqs or steps < 1:
-            return 0
-        steps = min(steps, min(seq.params.max_tokens - seq.generated for seq in seqs) - 1)
-        pages_for, free = self._pages.pages_for, self._pages.free_pages
-        lengths = [len(seq.token_ids) for seq in seqs]  # each step i after this one decodes position length + i - 1
-
-        def needed(run: int) -> int:
-            return sum(max(0, pages_for(n + run - 1) - len(s.pages)) for s, n in zip(seqs, lengths, strict=True))
-
-        if steps < 1:
-            return 0
-        low, high = (steps, steps) if needed(steps) <= free else (1, steps - 1)  # needed(1) is 0
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)
-        steps = low
+        steps = self.decode_steps_that_fit(schedule, steps)
+        pool = self._pages
+        page_size = pool.page_size
         tokens = [token] * steps
-        allocate_to = self._pages.allocate_to
-        for seq, length in zip(seqs, lengths, strict=True):
+        for seq in schedule.decode if steps else ():
+            length = len(seq.token_ids)
             seq.token_ids += tokens
             seq.generated += steps
             seq.cached = length + steps - 1
-            allocate_to(seq.pages, pages_for(length + steps - 1) - len(seq.pages))
+            more = (length + steps - 2) // page_size + 1 - len(seq.pages)
+            if more > 0:
+                pool.allocate_to(seq.pages, more)
         return steps
+
+    def decode_steps_that_fit(self, schedule: Schedule, steps: int) -> int:
+        """The steps `run_decode_steps(schedule, steps, ...)` would run, and nothing changed: the caller
+        can time the run before it is made. Below `steps` where a choice would reach its max_tokens or
+        a step would need a page that is not free."""
+        seqs = schedule.decode
+        if schedule.prefill or not seqs or steps < 1:
+            return 0
+        steps = min(steps, min([seq.params.max_tokens - seq.generated for seq in seqs]) - 1)
+        if steps < 1:
+            return 0
+        pool = self._pages
+        page_size, free = pool.page_size, pool.free_pages
+
+        def needed(run: int) -> int:  # the pages `run` steps take beyond those held
+            # Step i after this one decodes position len + i - 1.
+            return sum([max(0, (len(s.token_ids) + run - 2) // page_size + 1 - len(s.pages)) for s in seqs])
+
+        if needed(steps) <= free:
+            return steps
+        low, high = 1, steps - 1  # the longest run that fits: needed(1) is 0
+        while low < high:
+            mid = (low + high + 1) // 2
+            low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)
+        return low
 
     def make_stats(self) -> EngineStats:
         return EngineStats(
@@ -242,10 +251,11 @@ class Scheduler:
             prefilling_requests=self._num_prefilling,
         )
 
-    def _make_room_for_decode(self, schedule: Schedule) -> None:
+    def _plan_decode(self, schedule: Schedule) -> None:
+        """Every running request's unfinished choices, each with a page for the position it decodes."""
         page_size = self._pages.page_size
         running = RequestStatus.RUNNING
-        admitted = self._admitted
+        admitted, decode = self._admitted, schedule.decode
         i = 0
         # By index: a preemption takes requests from the end, those after this one (or this one last).
         while i < len(admitted):
@@ -253,12 +263,16 @@ class Scheduler:
             i += 1
             if request.status is not running:
                 continue  # prefilling
+            first = len(decode)
             for seq in request.sequences:
-                # Its position (len - 1) is past the pages it holds.
-                if seq.finish_reason is None and len(seq.token_ids) > len(seq.pages) * page_size:
+                if seq.finish_reason is not None:
+                    continue
+                if len(seq.token_ids) > len(seq.pages) * page_size:  # its position (len - 1) is past them
                     if not self._ensure_free_page(schedule, keep=request):
+                        del decode[first:]  # it was preempted itself, the last admitted
                         break
                     seq.pages.append(self._pages.allocate())
+                decode.append(seq)
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""
@@ -355,11 +369,8 @@ class Scheduler:
                 if budget == 0:
                     return
                 end = min(target, seq.cached + budget)
-                pages_needed = self._pages.pages_for(end) - len(seq.pages)
-                for _ in range(pages_needed):
-                    if not self._ensure_free_page(schedule, keep=request):
-                        return
-                    seq.pages.append(self._pages.allocate())
+                if not self._take_pages(seq, self._pages.pages_for(end), schedule, request):
+                    return
                 samples: tuple[Sequence, ...] = ()
                 if index == len(targets) - 1 and end == target and request.fresh:
                     if not self._give_siblings_pages(request, schedule):
@@ -371,11 +382,19 @@ class Scheduler:
     def _give_siblings_pages(self, request: Request, schedule: Schedule) -> bool:
         """Pages for the other choices, which get a copy of the first choice's prompt."""
         prompt_pages = self._pages.pages_for(len(request.prompt_ids))
-        for seq in request.sequences[1:]:
-            while len(seq.pages) < prompt_pages:
-                if not self._ensure_free_page(schedule, keep=request):
-                    return False
-                seq.pages.append(self._pages.allocate())
+        return all(self._take_pages(seq, prompt_pages, schedule, request) for seq in request.sequences[1:])
+
+    def _take_pages(self, seq: Sequence, pages: int, schedule: Schedule, keep: Request) -> bool:
+        """Grows `seq` to hold `pages` pages, preempting as `_ensure_free_page` does where they are not
+        free; False if `keep` went too."""
+        count = pages - len(seq.pages)
+        if count <= self._pages.free_pages:  # at once: nothing to preempt on the way
+            self._pages.allocate_to(seq.pages, count)
+            return True
+        for _ in range(count):
+            if not self._ensure_free_page(schedule, keep=keep):
+                return False
+            seq.pages.append(self._pages.allocate())
         return True
 
 

@@ -2,18 +2,22 @@
 the engine's admission and batching) and with the one that runs the engine's scheduler
 (`nlgsim.scheduled_replica`), on the same workloads, fixed replicas, steps run ahead of the queue.
 
-    .venv/bin/python -m benchmarks.sim_replica_speed [--repeat 3]
+    .venv/bin/python -m benchmarks.sim_replica_speed [--repeat 3] \
+        --json benchmarks/results/sim_replica_speed.json --report benchmarks/sim_replica_speed.md
 
 The cluster builds `nlgsim.replica.Replica` by name; until the simulator switches, this script swaps
 the name for the duration of a run, as the equality test in tests/sim/test_scheduled_replica.py does.
 CPU time of the process (`time.process_time`), best of `--repeat`: a loaded machine's stalls count less.
+Issue 23 lets the simulator switch to the scheduler's replica where it is at most 1.5x slower.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import time
+from typing import Any
 
 import nlgsim.cluster
 from benchmarks import harness
@@ -23,11 +27,26 @@ from nlgsim.scheduled_replica import ScheduledReplica
 from nlgsim.simulator import Scenario, simulate
 from nlgsim.workload import COMPLEX, SIMPLE, thesis_requests
 
-PROFILE = "benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json"
-#: (name, query, rate per second, requests, replicas): each near the replicas' capacity.
-WORKLOADS = [("complex", COMPLEX, 6.0, 3000, 4), ("simple", SIMPLE, 12.0, 6000, 4)]
+T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json"
+H100 = "benchmarks/profiles/h100-gpt2-xl-fp16.json"
+#: (name, profile, query, rate per second, requests, replicas): the first two near the replicas'
+#: capacity (batches of a few choices), the last beyond it (a full batch of 64 every step, as in an
+#: under-provisioned fleet's bursts).
+WORKLOADS = [
+    ("complex", T4, COMPLEX, 6.0, 3000, 4),
+    ("simple", T4, SIMPLE, 12.0, 6000, 4),
+    ("simple, full batch", H100, SIMPLE, 60.0, 3000, 1),
+]
 BUILT = "Replica"  # the name nlgsim.cluster builds each pod's replica by
-REPLICAS = {"copy (nlgsim.replica)": Replica, "scheduler (nlgsim.scheduled_replica)": ScheduledReplica}
+REPLICAS = {"copy": Replica, "scheduler": ScheduledReplica}
+MEASURED_FILES = (
+    "nlgsim",
+    "triton_backend/scheduler.py",
+    "triton_backend/kv_pages.py",
+    "triton_backend/sequence.py",
+    "triton_backend/length_predictor.py",
+)
+ALLOWED_SLOWDOWN = 1.5
 
 
 def best_seconds(scenario: Scenario, replica: type, repeat: int) -> float:
@@ -44,24 +63,68 @@ def best_seconds(scenario: Scenario, replica: type, repeat: int) -> float:
         setattr(nlgsim.cluster, BUILT, built)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    load = os.getloadavg()[0]
-    print(f"{harness.cpu_model()}, {os.cpu_count()} cores, load {load:.1f}; {harness.revision()}; {PROFILE}")
-    print("| workload | replica | requests/CPU-s | CPU-s |")
-    print("|---|---|---:|---:|")
-    for name, query, rate, count, replicas in WORKLOADS:
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
+    rows = []
+    for name, profile, query, rate, count, replicas in WORKLOADS:
         scenario = Scenario(
-            load_profile(PROFILE), thesis_requests(query, rate, count, seed=1), initial_replicas=replicas
+            load_profile(profile), thesis_requests(query, rate, count, seed=1), initial_replicas=replicas
         )
-        for label, replica in REPLICAS.items():
-            seconds = best_seconds(scenario, replica, args.repeat)
-            print(
-                f"| {name} x{count}, {rate:g}/s, {replicas} pods | {label} | {count / seconds:,.0f} | {seconds:.2f} |"
-            )
+        seconds = {label: best_seconds(scenario, replica, args.repeat) for label, replica in REPLICAS.items()}
+        rows.append(
+            {
+                "workload": name,
+                "profile": profile,
+                "rate": rate,
+                "requests": count,
+                "replicas": replicas,
+                "cpu_s": seconds,
+            }
+        )
+    return {
+        "machine": harness.machine(),
+        "load": [load_before, os.getloadavg()[0]],
+        "code": harness.revision(*MEASURED_FILES),
+        "date": datetime.date.today().isoformat(),
+        "repeat": args.repeat,
+        "rows": rows,
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    m = data["machine"]
+    lines = [
+        "# Simulator speed: the copy of the scheduler against the scheduler itself",
+        "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, load {data['load'][0]:.1f} before and "
+        f"{data['load'][1]:.1f} after. Measured {data['date']} on {data['code']} with "
+        f"`benchmarks/sim_replica_speed.py` (fixed pods, steps run ahead of the queue; CPU time of the "
+        f"process, best of {data['repeat']}).",
+        "",
+        f"Issue 23 lets `nlgsim/replica.py` run the engine's scheduler where that is at most "
+        f"{ALLOWED_SLOWDOWN:g}x slower than the copy.",
+        "",
+        "| workload | profile | copy: requests/CPU-s | scheduler: requests/CPU-s | scheduler's CPU-s / copy's |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for row in data["rows"]:
+        copy, real = row["cpu_s"]["copy"], row["cpu_s"]["scheduler"]
+        lines.append(
+            f"| {row['workload']} x{row['requests']}, {row['rate']:g}/s, {row['replicas']} pods "
+            f"| `{row['profile'].rsplit('/', 1)[-1]}` | {row['requests'] / copy:,.0f} "
+            f"| {row['requests'] / real:,.0f} | {real / copy:.2f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    harness.output_arguments(parser)
+    args = parser.parse_args(argv)
+    harness.publish(render(harness.results(args, measure)), args.report)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -172,6 +172,6 @@ def measure(
     say(f"  one instance carries {one:.2f}/s, two together {two:.2f}/s: a base of {plan.base:.2f}/s, "
         f"a peak of {plan.peak:.2f}/s")  # fmt: skip
     if plan.peak > two:
-        say("  (two instances carry less than the peak here: they share this machine's cores, so the "
-            "latency stays over the target until the load stops, whatever the instances)")  # fmt: skip
+        say("  (two instances measured together carried less than the peak: they share this machine's "
+            "cores, so the latency may stay over the target through the peak, whatever the instances)")  # fmt: skip
     return plan

@@ -118,16 +118,6 @@ class TritonMetrics:
         self._seen = {"preemptions": 0, "length_predictions": 0, "length_underestimates": 0}
         self.kv_usage = gauge("nlg_kv_cache_usage_ratio", "Used over total KV cache pages")
 
-    def release(self) -> None:
-        """Drops every metric, then every family, while the stub can still take them back. Left to the
-        stub's own exit, Triton 2.51's stub frees them while it is being torn down and dies of SIGSEGV
-        (``Metric::Clear`` reads the stub: triton-inference-server/server#8662, python_backend#429)."""
-        families = self._families
-        for name in [name for name in vars(self) if name != "_families"]:
-            delattr(self, name)
-        families.clear()
-        del self._families
-
     def record(self, observations: Observations) -> None:
         for metric, values in (
             (self.request_latency, observations.request_latency),

@@ -65,7 +65,6 @@ class GPT2Model:
         metrics = TritonMetrics(
             pb_utils, args["model_name"], args["model_version"], args.get("model_instance_name", ""), info
         )
-        self._metrics = metrics
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
         self._engine = EngineLoop(engine, self._responses.put, on_idle=release_freed_memory)
         self._stop = StopBudget(settings.drain_seconds, server.exit_timeout_seconds)
@@ -113,8 +112,7 @@ class GPT2Model:
         end = self._stop.drain_end(self._notice_stop())
         threads = self._stop.margin_seconds / 3
         self._engine.stop(drain_seconds=max(0.0, end - time.monotonic()), timeout=threads)
-        if self._responses.stop(timeout=threads):
-            self._metrics.release()
+        self._responses.stop(timeout=threads)
 
     def _notice_stop(self) -> float:
         if self._stop_noticed is None:

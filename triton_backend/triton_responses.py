@@ -85,11 +85,9 @@ class ResponseThread:
     def put(self, item: Open | Reject | RequestOutput) -> None:
         self._queue.put(item)
 
-    def stop(self, timeout: float = 30.0) -> bool:
-        """Whether the thread ended within ``timeout``."""
+    def stop(self, timeout: float = 30.0) -> None:
         self._queue.put(_STOP)
         self._thread.join(timeout)
-        return not self._thread.is_alive()
 
     def _run(self) -> None:
         self._next_check = time.monotonic() + CANCEL_CHECK_INTERVAL

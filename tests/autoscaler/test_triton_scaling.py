@@ -159,6 +159,25 @@ def test_in_place_scale_in_waits_for_the_streams_in_flight(triton):
     assert any(r.start < first_deferral < r.end for r in load.records if r.end), "no stream spanned a deferral"
 
 
+def test_a_model_scaled_in_place_serves_after_every_change(triton):
+    """A retired instance's finalize must leave the metric series the instances share to those that go
+    on: an instance that freed its own at finalize made the server abort at the next request."""
+    scaler = TritonInstanceScaler(f"http://{triton.http_url}", triton.metrics_url, load_timeout=60, load_wait=60)
+    load = PoissonLoad(triton.grpc_url, rate=1.0)
+    served = {}
+    try:
+        assert scaler.scale("gpt2", 2, expected=1) == 2
+        served[2] = load.send(SIMPLE, max_tokens=4)
+        scale_in_when_idle(scaler, timeout=120)
+        assert instances(triton) == 1
+        served[1] = load.send(SIMPLE, max_tokens=4)
+    finally:
+        load.join()
+        scaler.close()
+    assert triton.process.poll() is None, triton.log_text()[-3000:]
+    assert {count: r.complete for count, r in served.items()} == {2: True, 1: True}, served
+
+
 def scale_in_when_idle(scaler: TritonInstanceScaler, timeout: float, expected: int = 2) -> list[tuple[float, str]]:
     """Asks to scale gpt2 from ``expected`` to 1 every 0.1 s until it is carried out; the deferrals, timed."""
     deferrals: list[tuple[float, str]] = []

@@ -11,6 +11,7 @@ parent watchdog included, from running. Gauges therefore move by increments (`_G
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 from triton_backend.engine_stats import EngineStats
@@ -94,7 +95,7 @@ class TritonMetrics:
         self.waiting = gauge("nlg_requests_waiting", "Requests waiting for KV cache room")
         # An info metric (value 1): what this instance serves, random weights included, in plain sight.
         # Set once, in initialize(), before any thread of ours runs.
-        new_family("nlg_model_info", "What the instance serves", family.GAUGE).Metric(
+        self.model_info = new_family("nlg_model_info", "What the instance serves", family.GAUGE).Metric(
             labels={
                 **own,
                 "preset": info.preset,
@@ -102,7 +103,8 @@ class TritonMetrics:
                 "dtype": info.dtype,
                 "device": info.device,
             }
-        ).set(1)
+        )
+        self.model_info.set(1)
         self.preemptions = single(
             "nlg_preemptions_total", "Sequences preempted for KV memory and recomputed later", family.COUNTER
         )
@@ -117,6 +119,15 @@ class TritonMetrics:
         # What the engine's cumulative counts were at the last record, per counter.
         self._seen = {"preemptions": 0, "length_predictions": 0, "length_underestimates": 0}
         self.kv_usage = gauge("nlg_kv_cache_usage_ratio", "Used over total KV cache pages")
+
+    def keep_past_exit(self) -> None:
+        """Keeps every metric and family alive through the stub's exit. Triton 2.51's stub frees what is
+        left of them while it is being torn down and dies of SIGSEGV there (``Metric::Clear`` reads the
+        stub: triton-inference-server/server#8662, fixed after 2.51 by python_backend#429). Freeing
+        them earlier is no way out: a family is the series every instance of the model shares, and an
+        instance retired by a scale-in that freed its families made the server abort at the next request."""
+        for held in [*self._families, *vars(self).values()]:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(held))
 
     def record(self, observations: Observations) -> None:
         for metric, values in (

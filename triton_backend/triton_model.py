@@ -65,6 +65,7 @@ class GPT2Model:
         metrics = TritonMetrics(
             pb_utils, args["model_name"], args["model_version"], args.get("model_instance_name", ""), info
         )
+        self._metrics = metrics
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
         self._engine = EngineLoop(engine, self._responses.put, on_idle=release_freed_memory)
         self._stop = StopBudget(settings.drain_seconds, server.exit_timeout_seconds)
@@ -113,6 +114,7 @@ class GPT2Model:
         threads = self._stop.margin_seconds / 3
         self._engine.stop(drain_seconds=max(0.0, end - time.monotonic()), timeout=threads)
         self._responses.stop(timeout=threads)
+        self._metrics.keep_past_exit()
 
     def _notice_stop(self) -> float:
         if self._stop_noticed is None:

@@ -29,7 +29,7 @@ from triton_backend.length_predictor import LengthPredictor
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
 from triton_backend.scheduler_interface import SampledTokens
-from triton_backend.sequence import Request, RequestStatus
+from triton_backend.sequence import Request, RequestStatus, Sequence
 
 TOKEN = 0  # what every choice samples: the scheduler never reads a token's value
 
@@ -54,6 +54,9 @@ class ScheduledReplica:
         # Submitted and still waiting, in submission order: the order the scheduler admits them in
         # (the replays set no deadline, so its earliest-deadline order is first come, first served).
         self._queued: deque[tuple[RequestState, Request]] = deque()
+        # The admitted choices that end before their request's max_tokens, by their length: the
+        # scheduler is told when they stop; every other choice ends at max_tokens by itself.
+        self._shorts: dict[Sequence, int] = {}
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
@@ -101,7 +104,13 @@ class ScheduledReplica:
             t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
         queued = self._queued
         while queued and queued[0][1].status is not RequestStatus.WAITING:
-            queued.popleft()[0].admitted = now
+            state, request = queued.popleft()
+            state.admitted = now
+            lengths = state.request.output_tokens
+            longest = max(lengths)
+            for seq, length in zip(request.sequences, lengths, strict=True):
+                if length < longest:
+                    self._shorts[seq] = length
         self.metrics.requests_waiting = self.scheduler.num_waiting
         return t
 
@@ -114,21 +123,30 @@ class ScheduledReplica:
         if decoded:
             m.inter_token_latency.observe(now - self._t0, decoded)
         targets = self._targets
-        if (
-            decoded
-            and not schedule.prefill
-            and min([targets[seq.request_id][seq.index] - seq.generated for seq in schedule.decode]) > 1
-            and self.scheduler.run_decode_steps(schedule, 1, TOKEN)
-        ):
-            # A step that only decodes and ends no choice: no update carries anything the pod reads.
+        decode = schedule.decode
+        firsts = [chunk for chunk in schedule.prefill if chunk.samples]
+        if not any([targets[chunk.request.request_id][seq.index] <= 1 for chunk in firsts for seq in chunk.samples]):
+            # No choice ends at its first token: the scheduler builds no update (`advance`); the first
+            # tokens come from the prompts the step completed, in admission order. A choice that ends
+            # short of its request's max_tokens is told to stop; the others end by their length.
+            shorts = self._shorts
+            stops = {seq for seq, target in shorts.items() if seq.generated + 1 >= target} if shorts else set()
+            ended = self.scheduler.advance(schedule, TOKEN, stops)
+            states = self._states
+            for chunk in firsts:
+                self._first_token(states[chunk.request.request_id], now)
+                decoded += len(chunk.samples)
             m.generation_tokens += decoded
+            for seq in ended:
+                shorts.pop(seq, None)
+                self._finish_choice(states[seq.request_id], seq.generated, now)
             self.busy = False
             self._record()
             return
         tokens: dict[str, dict[int, int]] = {}
         stopped: set[tuple[str, int]] = set()
         sampled = decoded
-        for seq in schedule.decode:
+        for seq in decode:
             request_id = seq.request_id
             given = tokens.get(request_id)
             if given is None:
@@ -136,25 +154,22 @@ class ScheduledReplica:
             given[seq.index] = TOKEN
             if seq.generated + 1 >= targets[request_id][seq.index]:
                 stopped.add((request_id, seq.index))
-        for chunk in schedule.prefill:
-            if chunk.samples:
-                request_id = chunk.request.request_id
-                given = tokens[request_id] = {}
-                target = targets[request_id]
-                for seq in chunk.samples:
-                    given[seq.index] = TOKEN
-                    if target[seq.index] <= 1:
-                        stopped.add((request_id, seq.index))
-                sampled += len(chunk.samples)
+                self._shorts.pop(seq, None)
+        for chunk in firsts:
+            request_id = chunk.request.request_id
+            given = tokens[request_id] = {}
+            target = targets[request_id]
+            for seq in chunk.samples:
+                given[seq.index] = TOKEN
+                if target[seq.index] <= 1:
+                    stopped.add((request_id, seq.index))
+                    self._shorts.pop(seq, None)
+            sampled += len(chunk.samples)
         m.generation_tokens += sampled
         for update in self.scheduler.update_from_output(schedule, SampledTokens(tokens, stopped)):
             state = self._states[update.request_id]
             if state.first_token < 0:
-                req = state.request
-                state.first_token = now
-                m.prompt_tokens += req.prompt_tokens
-                for _ in range(req.choices):
-                    m.time_to_first_token.observe(now - req.arrival)
+                self._first_token(state, now)
             if stopped:
                 for ids, reason, total in zip(
                     update.token_ids, update.finish_reasons, update.total_tokens, strict=True
@@ -236,6 +251,13 @@ class ScheduledReplica:
         if curve is None:
             curve = self._curves[batch] = self.profile.decode_curve(batch)
         return curve
+
+    def _first_token(self, state: RequestState, t: float) -> None:
+        req = state.request
+        state.first_token = t
+        self.metrics.prompt_tokens += req.prompt_tokens
+        for _ in range(req.choices):
+            self.metrics.time_to_first_token.observe(t - req.arrival)
 
     def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
         req = state.request

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Set
 from dataclasses import dataclass, field
 
 from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
+from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.outputs import FinishReason, RequestUpdate
 from triton_backend.scheduler_interface import SampledTokens
 from triton_backend.sequence import Request, RequestStatus, Sequence
@@ -152,15 +153,7 @@ class Scheduler:
     def update_from_output(self, schedule: Schedule, output: SampledTokens) -> list[RequestUpdate]:
         """Takes a step back once it ran: what it cached, and each sampling choice's new token. Returns
         an update of each request that got tokens, in the step's order; those it finished have left."""
-        for seq in schedule.decode:
-            seq.cached = len(seq.token_ids)  # its position + 1
-        for chunk in schedule.prefill:
-            chunk.sequence.cached = chunk.end
-            for sibling in chunk.samples:  # the others' pages hold copies of the chunk's
-                sibling.cached = chunk.end
-            if chunk.request.status is RequestStatus.PREFILLING and not chunk.request.prefill_targets():
-                self._num_prefilling -= 1
-                chunk.request.move_to(RequestStatus.RUNNING)
+        self._cache(schedule)
         updated, ended = [], []
         tokens, stopped = output.tokens, output.stopped
         for request in self._admitted:
@@ -174,18 +167,72 @@ class Scheduler:
                 seq.append(token, (request.request_id, index) in stopped if stopped else False)
                 if seq.finish_reason is not None:
                     ending = True
-                    self._admitted_choices -= 1
-                    self._pages.release(seq.pages)
-                    prompt = len(request.prompt_ids)
-                    self._predictor.observe(request.params, prompt, seq.generated, request.predicted_tokens)
+                    self._end_choice(request, seq)
             updated.append(request)
             if ending and all(seq.finish_reason is not None for seq in seqs):
                 ended.append(request)
+        self._remove(ended)
+        return [_update(request) for request in updated]
+
+    def advance(self, schedule: Schedule, token: int, stops: Set[Sequence]) -> list[Sequence]:
+        """`update_from_output` for a caller that samples `token` in every row and reads no update (the
+        simulator, which knows what each step produced): `stops` holds the rows whose token ends their
+        choice (it may hold other sequences too). The same moves, no update built (the tokens count as
+        handed out); returns the rows that ended. The rows are taken decode first, then each chunk's
+        samples: the order of `update_from_output` (admission order) wherever no sampled prompt's
+        choice ends, and the caller hands any other step to `update_from_output`."""
+        self._cache(schedule, decoded=False)
+        ended, done = [], []
+        request = None
+        eos = token == EOS_TOKEN_ID
+        for rows in itertools.chain((schedule.decode,), (chunk.samples for chunk in schedule.prefill)):
+            for seq in rows:
+                token_ids = seq.token_ids
+                if rows is schedule.decode:
+                    seq.cached = len(token_ids)
+                # Sequence.append written out, its new token handed out at once: a call per row is
+                # much of a full batch's step in Python.
+                token_ids.append(token)
+                generated = seq.generated = seq.taken = seq.generated + 1
+                if seq in stops or (eos and not seq.params.ignore_eos):
+                    seq.finish_reason = FinishReason.STOP
+                elif generated >= seq.params.max_tokens:
+                    seq.finish_reason = FinishReason.LENGTH
+                else:
+                    continue
+                ended.append(seq)
+                if request is None or request.request_id != seq.request_id:
+                    request = self.requests[seq.request_id]
+                self._end_choice(request, seq)
+                if all(s.finish_reason is not None for s in request.sequences):
+                    done.append(request)
+        self._remove(done)
+        return ended
+
+    def _cache(self, schedule: Schedule, decoded: bool = True) -> None:
+        """What `schedule` cached, once it ran (its decode rows' only where `decoded`: the caller sets
+        them as it goes); a prompt it completed decodes from the next step."""
+        if decoded:
+            for seq in schedule.decode:
+                seq.cached = len(seq.token_ids)  # its position + 1
+        for chunk in schedule.prefill:
+            chunk.sequence.cached = chunk.end
+            for sibling in chunk.samples:  # the others' pages hold copies of the chunk's
+                sibling.cached = chunk.end
+            if chunk.request.status is RequestStatus.PREFILLING and not chunk.request.prefill_targets():
+                self._num_prefilling -= 1
+                chunk.request.move_to(RequestStatus.RUNNING)
+
+    def _end_choice(self, request: Request, seq: Sequence) -> None:
+        self._admitted_choices -= 1
+        self._pages.release(seq.pages)
+        self._predictor.observe(request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens)
+
+    def _remove(self, ended: list[Request]) -> None:
         for request in ended:
             request.move_to(RequestStatus.FINISHED)
             self._admitted.remove(request)
             del self.requests[request.request_id]
-        return [_update(request) for request in updated]
 
     def run_decode_steps(self, schedule: Schedule, steps: int, token: int) -> int:
         """Hands back `schedule` and runs up to `steps - 1` more steps like it at once, every choice of
@@ -208,6 +255,7 @@ class Scheduler:
             length = len(seq.token_ids)
             seq.token_ids += tokens
             seq.generated += steps
+            seq.taken += steps  # handed out with none of its updates
             seq.cached = length + steps - 1
             more = (length + steps - 2) // page_size + 1 - len(seq.pages)
             if more > 0:
@@ -229,9 +277,11 @@ class Scheduler:
 
         def needed(run: int) -> int:  # the pages `run` steps take beyond those held
             # Step i after this one decodes position len + i - 1.
-            return sum([max(0, (len(s.token_ids) + run - 2) // page_size + 1 - len(s.pages)) for s in seqs])
+            return sum(
+                [more for s in seqs if (more := (len(s.token_ids) + run - 2) // page_size + 1 - len(s.pages)) > 0]
+            )
 
-        if needed(steps) <= free:
+        if steps == 1 or needed(steps) <= free:
             return steps
         low, high = 1, steps - 1  # the longest run that fits: needed(1) is 0
         while low < high:
@@ -267,11 +317,12 @@ class Scheduler:
             for seq in request.sequences:
                 if seq.finish_reason is not None:
                     continue
-                if len(seq.token_ids) > len(seq.pages) * page_size:  # its position (len - 1) is past them
+                pages = seq.pages
+                if len(seq.token_ids) > len(pages) * page_size:  # its position (len - 1) is past them
                     if not self._ensure_free_page(schedule, keep=request):
                         del decode[first:]  # it was preempted itself, the last admitted
                         break
-                    seq.pages.append(self._pages.allocate())
+                    pages.append(self._pages.allocate())
                 decode.append(seq)
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
@@ -340,12 +391,14 @@ class Scheduler:
 
     def _outstanding_pages(self) -> int:
         """The pages the admitted requests' unfinished choices have reserved and not yet taken."""
-        pages_for = self._pages.pages_for
+        size = self._pages.page_size
         return sum(
-            max(0, pages_for(s.reserved_tokens) - len(s.pages))
-            for r in self._admitted
-            for s in r.sequences
-            if s.finish_reason is None
+            [
+                max(0, -(-s.reserved_tokens // size) - len(s.pages))  # kv_pages.pages_for, written out
+                for r in self._admitted
+                for s in r.sequences
+                if s.finish_reason is None
+            ]
         )
 
     def _reservation(self, request: Request, seq: Sequence) -> int:

@@ -55,7 +55,7 @@ class Sequence:
     cached: int = 0  # tokens whose keys and values are in the cache
     reserved_tokens: int = 0  # what admission set aside for this choice (prompt + predicted output)
     finish_reason: FinishReason | None = None
-    new_token_ids: list[int] = field(default_factory=list)  # produced since the last update handed out
+    taken: int = 0  # of `generated`, those handed out in updates (`take_new`)
 
     @property
     def last_token(self) -> int:
@@ -72,10 +72,10 @@ class Sequence:
 
     def append(self, token: int, stop: bool = False) -> None:
         """Take a sampled token and whether it ends the choice: `stop` (its text reached a stop string,
-        which the engine's detokenizer sees), EOS, or max_tokens."""
+        which the engine's detokenizer sees), EOS, or max_tokens. `Scheduler.advance` writes this out
+        for the simulator's rows: the two change together."""
         self.token_ids.append(token)
         self.generated += 1
-        self.new_token_ids.append(token)
         params = self.params
         if stop or (token == EOS_TOKEN_ID and not params.ignore_eos):
             self.finish_reason = FinishReason.STOP
@@ -84,9 +84,9 @@ class Sequence:
 
     def take_new(self) -> tuple[int, ...]:
         """The token ids produced since the last call."""
-        ids = tuple(self.new_token_ids)
-        self.new_token_ids.clear()
-        return ids
+        new = self.generated - self.taken
+        self.taken = self.generated
+        return tuple(self.token_ids[-new:]) if new else ()
 
 
 @dataclass(eq=False)

@@ -3,7 +3,12 @@ the engine's admission and batching) and with the one that runs the engine's sch
 (`nlgsim.scheduled_replica`), on the same workloads, fixed replicas, steps run ahead of the queue.
 
     .venv/bin/python -m benchmarks.sim_replica_speed [--repeat 3] \
+        --baseline benchmarks/results/sim_replica_speed_before.json \
         --json benchmarks/results/sim_replica_speed.json --report benchmarks/sim_replica_speed.md
+
+Beside the workloads, one fleet run of the trace protocol (`FLEET`: the oracle's candidates included,
+whose under-provisioned fleets run a full batch every step), once: it takes minutes with the
+scheduler's replica. `--baseline` shows an earlier results file's ratios beside.
 
 The cluster builds `nlgsim.replica.Replica` by name; until the simulator switches, this script swaps
 the name for the duration of a run, as the equality test in tests/sim/test_scheduled_replica.py does.
@@ -14,13 +19,17 @@ Issue 23 lets the simulator switch to the scheduler's replica where it is at mos
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
+import io
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import nlgsim.cluster
 from benchmarks import harness
+from nlgsim import cli
 from nlgsim.profile import load_profile
 from nlgsim.replica import Replica
 from nlgsim.scheduled_replica import ScheduledReplica
@@ -47,6 +56,11 @@ MEASURED_FILES = (
     "triton_backend/length_predictor.py",
 )
 ALLOWED_SLOWDOWN = 1.5
+FLEET_NAME = "azure2023_conv x10, scale:0.125, fixed:6, 400 s, 1 window (trace protocol, oracle included)"
+FLEET = [
+    "run", "--protocol", "trace", "--profile", H100, "--workload", "trace:benchmarks/traces/azure2023_conv.csv",
+    "--map-lengths", "scale:0.125", "--scale", "10", "--policy", "fixed:6", "--duration", "400", "--windows", "1",
+]  # fmt: skip
 
 
 def best_seconds(scenario: Scenario, replica: type, repeat: int) -> float:
@@ -59,6 +73,18 @@ def best_seconds(scenario: Scenario, replica: type, repeat: int) -> float:
             simulate(scenario)
             best = min(best, time.process_time() - start)
         return best
+    finally:
+        setattr(nlgsim.cluster, BUILT, built)
+
+
+def fleet_seconds(replica: type) -> float:
+    built = getattr(nlgsim.cluster, BUILT)
+    setattr(nlgsim.cluster, BUILT, replica)
+    try:
+        start = time.process_time()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            cli.main(FLEET)
+        return time.process_time() - start
     finally:
         setattr(nlgsim.cluster, BUILT, built)
 
@@ -88,11 +114,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "date": datetime.date.today().isoformat(),
         "repeat": args.repeat,
         "rows": rows,
+        "fleet": {"run": FLEET_NAME, "cpu_s": {label: fleet_seconds(replica) for label, replica in REPLICAS.items()}},
     }
 
 
-def render(data: dict[str, Any]) -> str:
+def render(data: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
     m = data["machine"]
+    before = {row["workload"]: row["cpu_s"] for row in baseline["rows"]} if baseline else {}
     lines = [
         "# Simulator speed: the copy of the scheduler against the scheduler itself",
         "",
@@ -104,25 +132,41 @@ def render(data: dict[str, Any]) -> str:
         f"Issue 23 lets `nlgsim/replica.py` run the engine's scheduler where that is at most "
         f"{ALLOWED_SLOWDOWN:g}x slower than the copy.",
         "",
-        "| workload | profile | copy: requests/CPU-s | scheduler: requests/CPU-s | scheduler's CPU-s / copy's |",
-        "|---|---|---:|---:|---:|",
+        "| workload | profile | copy: requests/CPU-s | scheduler: requests/CPU-s | scheduler's CPU-s / copy's"
+        + (f" | the same on {baseline['code']} |" if baseline else " |"),
+        "|---|---|---:|---:|---:|" + ("---:|" if baseline else ""),
     ]
+
+    def ratio(seconds: dict[str, float]) -> str:
+        return f"{seconds['scheduler'] / seconds['copy']:.2f}x"
+
     for row in data["rows"]:
         copy, real = row["cpu_s"]["copy"], row["cpu_s"]["scheduler"]
+        was = before.get(row["workload"])
         lines.append(
             f"| {row['workload']} x{row['requests']}, {row['rate']:g}/s, {row['replicas']} pods "
             f"| `{row['profile'].rsplit('/', 1)[-1]}` | {row['requests'] / copy:,.0f} "
-            f"| {row['requests'] / real:,.0f} | {real / copy:.2f}x |"
+            f"| {row['requests'] / real:,.0f} | {ratio(row['cpu_s'])} |" + (f" {ratio(was)} |" if was else "")
         )
+    fleet = data.get("fleet")
+    if fleet:
+        seconds = fleet["cpu_s"]
+        lines += [
+            "",
+            f"A fleet run, measured once: {fleet['run']} (`{' '.join(FLEET)}`), {seconds['copy']:.1f} CPU-s with "
+            f"the copy, {seconds['scheduler']:.1f} with the scheduler's replica: {ratio(seconds)}.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--baseline", type=Path, help="an earlier results file, whose ratios are shown beside")
     harness.output_arguments(parser)
     args = parser.parse_args(argv)
-    harness.publish(render(harness.results(args, measure)), args.report)
+    baseline = harness.read_json(args.baseline) if args.baseline else None
+    harness.publish(render(harness.results(args, measure), baseline), args.report)
     return 0
 
 

@@ -142,6 +142,8 @@ class Controller:
             if actual != decision.desired:
                 new_state = replace(new_state, replicas=actual, events=state.events)
             target.replicas = actual
+            # The gauge says what the API's view says from now on, not the count before this round acted.
+            self.telemetry.observed(model, actual, external=False)
             log.info("%s: %s", model, decision.reason)
         else:
             log.debug("%s: %s", model, decision.reason)

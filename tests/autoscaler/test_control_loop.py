@@ -70,6 +70,9 @@ def test_scales_the_deployment_out_on_per_token_latency_and_back_in(pod, cluster
     run_until(ctl, clock, pod, 1, pertoken_s=0.050)  # twice the 25 ms target
     assert cluster.replicas("triton") == 2
     assert value(registry, "nlg_autoscaler_desired_replicas", model="gpt2") == 2
+    # The gauge of current replicas agrees with the API's view the moment a round has scaled.
+    assert value(registry, "nlg_autoscaler_current_replicas", model="gpt2") == 2
+    assert ctl.targets.view("gpt2")["replicas"]["current"] == 2
     assert value(registry, "nlg_autoscaler_signal_value", model="gpt2", signal="pertoken_mean") > 25
     assert value(registry, "nlg_autoscaler_decisions_total", model="gpt2", direction="up") >= 1
     run_until(ctl, clock, pod, 3, pertoken_s=0.050)

@@ -410,7 +410,8 @@ def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> d
             v is None for f, v in cheapest_at(results["thesis-families"], 0.99, False).items() if f != "fixed"
         ),
         "families.t4.planner_not_always_cheaper": not _planner_cheaper(results["thesis-families"]),
-        "families.t4cal.planner_cheaper": _planner_cheaper(results["thesis-cal-families"]),
+        "families.t4cal.planner_cheapest_at_99": _planner_cheapest_at(results["thesis-cal-families"], 0.99),
+        "families.t4cal.planner_not_always_cheaper": not _planner_cheaper(results["thesis-cal-families"]),
         "families.t4cal.fixed_cheaper": _fixed_cheaper(results["thesis-cal-families"], 0.99),
         "issue12.t4.bound": _bound_above(results["thesis-tuning"], results["thesis-families"], "pertoken:20"),
     }
@@ -435,6 +436,15 @@ def _planner_cheaper(result: ProtocolResult, others: tuple[str, ...] = ("request
             if other is not None and (planner is None or planner[1] >= other[1]):
                 return False
     return True
+
+
+def _planner_cheapest_at(
+    result: ProtocolResult, level: float, others: tuple[str, ...] = ("request", "pertoken")
+) -> bool:
+    """The planner's cheapest setting reaching ``level`` costs less than any other autoscaling family's."""
+    best = cheapest_at(result, level, feasible=False)
+    planner = best.get("planner")
+    return planner is not None and all(best.get(f) is None or planner[1] < best[f][1] for f in others)
 
 
 def _fixed_cheaper(result: ProtocolResult, level: float) -> bool:

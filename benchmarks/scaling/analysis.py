@@ -444,7 +444,10 @@ def _planner_cheapest_at(
     """The planner's cheapest setting reaching ``level`` costs less than any other autoscaling family's."""
     best = cheapest_at(result, level, feasible=False)
     planner = best.get("planner")
-    return planner is not None and all(best.get(f) is None or planner[1] < best[f][1] for f in others)
+    if planner is None:
+        return False
+    rivals = [best.get(f) for f in others]
+    return all(rival is None or planner[1] < rival[1] for rival in rivals)
 
 
 def _fixed_cheaper(result: ProtocolResult, level: float) -> bool:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import operator
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import add
 from typing import Any, Final, Generic, TypeVar
@@ -125,6 +125,11 @@ class WindowStats:
     @classmethod
     def empty(cls) -> WindowStats:
         return cls(latencies={}, gauges={}, pods=0, span=0.0)
+
+
+def nearest_rank(q: float, ordered: Sequence[float]) -> float:
+    """The ``q`` quantile of sorted, non-empty ``ordered`` by nearest rank: a value it holds."""
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 def quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:

@@ -39,7 +39,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from autoscaler.aggregate import WindowStats
+from autoscaler.aggregate import WindowStats, nearest_rank
 from autoscaler.capacity import choices_per_second, slo_batch
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
@@ -172,8 +172,7 @@ def burst_level(
             peaks[slot] = max(peaks.get(slot, 0.0), d)
     if not peaks:
         return 0.0
-    ordered = sorted(peaks.values())
-    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
+    return nearest_rank(q, sorted(peaks.values()))
 
 
 def erlang_c(servers: int, offered: float) -> float:
@@ -249,7 +248,7 @@ def scale_in_hold(
     if last is None:
         return ""
     gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
-    due = gaps[max(math.ceil(cfg.burst_quantile * len(gaps)) - 1, 0)] if gaps else 0.0
+    due = nearest_rank(cfg.burst_quantile, gaps) if gaps else 0.0
     hold = max(due, cfg.lead_s)
     if now - last >= hold:
         return ""

@@ -17,13 +17,13 @@ latency hardly falls below its idle value, which is half the target.)
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from autoscaler.aggregate import nearest_rank
 from nlg_demo.load import LoadRecord, PoissonLoad, mix_of
 from nlgsim.workload import COMPLEX, SIMPLE
 
@@ -71,7 +71,7 @@ def statistic_of(records: Sequence[LoadRecord], statistic: str) -> float | None:
     if statistic == "mean":
         return statistics.fmean(values)
     if statistic == "p99":
-        return values[max(0, math.ceil(0.99 * len(values)) - 1)]
+        return nearest_rank(0.99, values)
     raise ValueError(f"statistic: {statistic!r} is not mean or p99")
 
 

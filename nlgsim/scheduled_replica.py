@@ -7,8 +7,11 @@ recomputation after it. This module only times what a ``Schedule`` holds and pla
 - a step lasts ``decode_step_s(batch, context)`` for its decode rows (their mean context, or the
   longest where the profile's engine pads attention to it: ``extra.decode_cost_context``), plus
   ``P(end) - P(start)`` of the profile's prefill curve P for each chunk, recomputed ones included;
-- every choice that samples in a step gets a token when the step ends; a choice whose count reaches
-  its length in the workload is reported stopped (its EOS), so each choice ends where the trace says.
+- every choice that samples in a step gets a token when the step ends; a choice shorter than its
+  request's longest is told to stop at its length (its EOS), so each choice ends where the trace says.
+
+The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus O(log n) per
+event (a page taken, a choice ended, a request admitted), not O(batch).
 
 It has ``nlgsim.replica.Replica``'s interface (``submit``, ``start``, ``finish``, ``decode_ahead``,
 the pod's ``metrics``) and records the same series, so the simulator can run either; its
@@ -28,8 +31,7 @@ from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
-from triton_backend.scheduler_interface import SampledTokens
-from triton_backend.sequence import Request, RequestStatus, Sequence
+from triton_backend.sequence import Request, RequestStatus
 
 TOKEN = 0  # what every choice samples: the scheduler never reads a token's value
 
@@ -45,18 +47,14 @@ class ScheduledReplica:
         self.metrics = PodInstruments()
         config = SchedulerConfig(prefill_chunk_tokens=profile.prefill_chunk_tokens, max_num_seqs=profile.max_batch)
         pages = PagePool(profile.total_pages, profile.page_size, profile.max_context)
-        self.scheduler = Scheduler(config, pages, LengthPredictor())
+        self.scheduler = Scheduler(config, pages, LengthPredictor(), lazy=True)
         self.busy = False
         self.outstanding = 0  # requests submitted and not finished
         self._states: dict[str, RequestState] = {}
-        self._targets: dict[str, tuple[int, ...]] = {}  # each choice's length in the workload
         self._schedule: Schedule | None = None
         # Submitted and still waiting, in submission order: the order the scheduler admits them in
         # (the replays set no deadline, so its earliest-deadline order is first come, first served).
         self._queued: deque[tuple[RequestState, Request]] = deque()
-        # The admitted choices that end before their request's max_tokens, by their length: the
-        # scheduler is told when they stop; every other choice ends at max_tokens by itself.
-        self._shorts: dict[Sequence, int] = {}
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
@@ -77,10 +75,13 @@ class ScheduledReplica:
             self.scheduler.add_request(request)
         except ValueError as err:
             raise ValueError(f"request {req.id}: {err} (the profile's max_batch)") from None
+        longest = shape[0]
+        for seq, length in zip(request.sequences, req.output_tokens, strict=True):
+            if length < longest:
+                self.scheduler.expect_stop(seq, length)
         state.replica = self.index
         state.choices_left = req.choices
         self._states[key] = state
-        self._targets[key] = req.output_tokens
         self._queued.append((state, request))
         self.outstanding += 1
         self.metrics.requests_waiting = self.scheduler.num_waiting
@@ -94,23 +95,16 @@ class ScheduledReplica:
         self._t0 = now
         schedule = self._schedule = self.scheduler.schedule()
         t = now
-        decode = schedule.decode
-        if decode:
-            contexts = [len(seq.token_ids) for seq in decode]
-            context = max(contexts) if self._pad_to_longest else sum(contexts) / len(contexts)
-            t += self._curve(len(decode))(context)
+        rows = schedule.decode_count
+        if rows:
+            context = self.scheduler.longest_decode() if self._pad_to_longest else schedule.decode_context / rows
+            t += self._curve(rows)(context)
         p = self.profile
         for chunk in schedule.prefill:
             t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
         queued = self._queued
         while queued and queued[0][1].status is not RequestStatus.WAITING:
-            state, request = queued.popleft()
-            state.admitted = now
-            lengths = state.request.output_tokens
-            longest = max(lengths)
-            for seq, length in zip(request.sequences, lengths, strict=True):
-                if length < longest:
-                    self._shorts[seq] = length
+            queued.popleft()[0].admitted = now
         self.metrics.requests_waiting = self.scheduler.num_waiting
         return t
 
@@ -119,63 +113,18 @@ class ScheduledReplica:
         schedule, self._schedule = self._schedule, None
         assert schedule is not None, "finish without a step started"
         m = self.metrics
-        decoded = len(schedule.decode)
+        decoded = schedule.decode_count
         if decoded:
             m.inter_token_latency.observe(now - self._t0, decoded)
-        targets = self._targets
-        decode = schedule.decode
-        firsts = [chunk for chunk in schedule.prefill if chunk.samples]
-        if not any([targets[chunk.request.request_id][seq.index] <= 1 for chunk in firsts for seq in chunk.samples]):
-            # No choice ends at its first token: the scheduler builds no update (`advance`); the first
-            # tokens come from the prompts the step completed, in admission order. A choice that ends
-            # short of its request's max_tokens is told to stop; the others end by their length.
-            shorts = self._shorts
-            stops = {seq for seq, target in shorts.items() if seq.generated + 1 >= target} if shorts else set()
-            ended = self.scheduler.advance(schedule, TOKEN, stops)
-            states = self._states
-            for chunk in firsts:
+        ended = self.scheduler.advance(schedule)
+        states = self._states
+        for chunk in schedule.prefill:
+            if chunk.samples:  # the first tokens, from the prompts the step completed
                 self._first_token(states[chunk.request.request_id], now)
                 decoded += len(chunk.samples)
-            m.generation_tokens += decoded
-            for seq in ended:
-                shorts.pop(seq, None)
-                self._finish_choice(states[seq.request_id], seq.generated, now)
-            self.busy = False
-            self._record()
-            return
-        tokens: dict[str, dict[int, int]] = {}
-        stopped: set[tuple[str, int]] = set()
-        sampled = decoded
-        for seq in decode:
-            request_id = seq.request_id
-            given = tokens.get(request_id)
-            if given is None:
-                given = tokens[request_id] = {}
-            given[seq.index] = TOKEN
-            if seq.generated + 1 >= targets[request_id][seq.index]:
-                stopped.add((request_id, seq.index))
-                self._shorts.pop(seq, None)
-        for chunk in firsts:
-            request_id = chunk.request.request_id
-            given = tokens[request_id] = {}
-            target = targets[request_id]
-            for seq in chunk.samples:
-                given[seq.index] = TOKEN
-                if target[seq.index] <= 1:
-                    stopped.add((request_id, seq.index))
-                    self._shorts.pop(seq, None)
-            sampled += len(chunk.samples)
-        m.generation_tokens += sampled
-        for update in self.scheduler.update_from_output(schedule, SampledTokens(tokens, stopped)):
-            state = self._states[update.request_id]
-            if state.first_token < 0:
-                self._first_token(state, now)
-            if stopped:
-                for ids, reason, total in zip(
-                    update.token_ids, update.finish_reasons, update.total_tokens, strict=True
-                ):
-                    if ids and reason is not None:
-                        self._finish_choice(state, total, now)
+        m.generation_tokens += decoded
+        for seq in ended:
+            self._finish_choice(states[seq.request_id], seq.generated, now)
         self.busy = False
         self._record()
 
@@ -188,20 +137,16 @@ class ScheduledReplica:
         arithmetic of ``start`` and ``finish``, so the run is the same, bit for bit, as stepping."""
         schedule = self._schedule
         assert schedule is not None, "decode_ahead without a step started"
-        decode = schedule.decode
-        if schedule.prefill or not decode or end >= until:
+        if schedule.prefill or not schedule.decode_count or end >= until:
             return end
-        targets = self._targets
-        room = min([targets[seq.request_id][seq.index] - seq.generated for seq in decode]) - 1
-        if room < 1:
-            return end  # a choice ends in the step in progress
-        limit = self.scheduler.decode_steps_that_fit(schedule, room)  # the one in progress included
-        if limit == 0:
+        # The steps in which no choice ends and the pages suffice, the one in progress included.
+        limit = self.scheduler.decode_steps_that_fit(schedule, 1 << 30)
+        if limit < 2:
             return end
-        batch = len(decode)
+        batch = schedule.decode_count
         curve = self._curve(batch)
-        contexts = [len(seq.token_ids) for seq in decode]
-        longest, total = max(contexts), sum(contexts)
+        total = schedule.decode_context
+        longest = self.scheduler.longest_decode() if self._pad_to_longest else 0
         # DecodeCurve.__call__ and Histogram.observe written out (the same arithmetic, in the same
         # order, so the run is the stepped one bit for bit): calls are most of a step's cost in Python.
         grid, below, above, weight = curve.context, curve.below, curve.above, curve.weight
@@ -233,7 +178,7 @@ class ScheduledReplica:
             end = step_end
             steps += 1
         itl.total, itl.count = total_s, count
-        self.scheduler.run_decode_steps(schedule, steps, TOKEN)
+        self.scheduler.run_decode_steps(schedule, steps)
         self.metrics.generation_tokens += batch * steps
         self._record()
         self._schedule = None
@@ -268,7 +213,7 @@ class ScheduledReplica:
         state.choices_left -= 1
         if state.choices_left > 0:
             return
-        del self._states[str(req.id)], self._targets[str(req.id)]
+        del self._states[str(req.id)]
         state.finish = t
         self.metrics.request_latency.observe(latency)
         self.metrics.requests_finished += 1

@@ -14,19 +14,25 @@ step decodes every running choice once and prefills at most `prefill_chunk_token
 prompt stalls the running streams by one bounded chunk at a time. When a sequence needs a page and
 none is free (a length was underestimated), the most recently admitted request is preempted: its
 pages are freed and it is recomputed later from its tokens, none lost or repeated.
+
+The simulator builds it with `lazy=True` and takes steps back through `advance`: the same admission,
+batching, pages and preemption, with the lengths counted instead of kept. The decoding choices are
+not listed each step (the schedule counts them); each holds its count at the step it began decoding,
+and heaps keyed by step say when one needs its next page and when one ends (at max_tokens, or where
+the caller said it stops: `expect_stop`). A step then costs O(1) plus O(log n) for each such event,
+where listing every row made it cost O(batch); the engine keeps the eager path, whose rows it needs.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterable, Set
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_pages import PagePool
 from triton_backend.length_predictor import LengthPredictor
-from triton_backend.model_shapes import EOS_TOKEN_ID
 from triton_backend.outputs import FinishReason, RequestUpdate
 from triton_backend.scheduler_interface import SampledTokens
 from triton_backend.sequence import Request, RequestStatus, Sequence
@@ -69,10 +75,19 @@ class Schedule:
     # To copy once the step's forward pass has written them: a fresh prompt, prefilled in its first
     # choice, into the pages of its other choices.
     page_copies: list[PageCopy] = field(default_factory=list)
+    # A lazy scheduler lists no decode rows: it counts them, and the tokens they attend to (each row's
+    # prompt and generated tokens, the one it feeds included).
+    decode_count: int = 0
+    decode_context: int = 0
+
+
+_Due = tuple[int, int, int, Sequence]  # (step, its request's admitted_as, choice index, the choice): unique
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, pages: PagePool, predictor: LengthPredictor) -> None:
+    def __init__(
+        self, config: SchedulerConfig, pages: PagePool, predictor: LengthPredictor, lazy: bool = False
+    ) -> None:
         self.config = config
         self._pages = pages
         self._predictor = predictor
@@ -84,6 +99,16 @@ class Scheduler:
         self._num_prefilling = 0  # of the admitted, those PREFILLING
         self._admitted_choices = 0  # the admitted requests' unfinished choices
         self._preemptions = 0  # sequences preempted so far
+        self._admissions = 0
+        self._lazy = lazy
+        # The lazy path's (module docstring). A decoding choice's length at step `_step` is
+        # prompt_tokens + generated + _step - synced.
+        self._step = 0  # steps taken back
+        self._decoding: dict[Sequence, Request] = {}  # the RUNNING requests' unfinished choices
+        self._offsets = 0  # over `_decoding`, prompt_tokens + generated - synced
+        self._page_due: list[_Due] = []  # when each decoding choice needs its next page
+        self._end_due: list[_Due] = []  # the step whose token ends each decoding choice
+        self._joining: list[Request] = []  # moved to RUNNING this step: they decode from the next
 
     @property
     def has_work(self) -> bool:
@@ -137,8 +162,12 @@ class Scheduler:
 
     def schedule(self) -> Schedule:
         schedule = Schedule()
-        self._plan_decode(schedule)
-        self._admit(len(schedule.decode))
+        if self._lazy:
+            self._plan_decode_lazy(schedule)
+            self._admit(schedule.decode_count)
+        else:
+            self._plan_decode(schedule)
+            self._admit(len(schedule.decode))
         if self._num_prefilling:
             self._plan_prefill(schedule)
             schedule.page_copies = [
@@ -153,6 +182,8 @@ class Scheduler:
     def update_from_output(self, schedule: Schedule, output: SampledTokens) -> list[RequestUpdate]:
         """Takes a step back once it ran: what it cached, and each sampling choice's new token. Returns
         an update of each request that got tokens, in the step's order; those it finished have left."""
+        if self._lazy:
+            raise RuntimeError("a lazy scheduler takes steps back through advance")
         self._cache(schedule)
         updated, ended = [], []
         tokens, stopped = output.tokens, output.stopped
@@ -174,40 +205,89 @@ class Scheduler:
         self._remove(ended)
         return [_update(request) for request in updated]
 
-    def advance(self, schedule: Schedule, token: int, stops: Set[Sequence]) -> list[Sequence]:
-        """`update_from_output` for a caller that samples `token` in every row and reads no update (the
-        simulator, which knows what each step produced): `stops` holds the rows whose token ends their
-        choice (it may hold other sequences too). The same moves, no update built (the tokens count as
-        handed out); returns the rows that ended. The rows are taken decode first, then each chunk's
-        samples: the order of `update_from_output` (admission order) wherever no sampled prompt's
-        choice ends, and the caller hands any other step to `update_from_output`."""
-        self._cache(schedule, decoded=False)
-        ended, done = [], []
-        request = None
-        eos = token == EOS_TOKEN_ID
-        for rows in itertools.chain((schedule.decode,), (chunk.samples for chunk in schedule.prefill)):
-            for seq in rows:
-                token_ids = seq.token_ids
-                if rows is schedule.decode:
-                    seq.cached = len(token_ids)
-                # Sequence.append written out, its new token handed out at once: a call per row is
-                # much of a full batch's step in Python.
-                token_ids.append(token)
-                generated = seq.generated = seq.taken = seq.generated + 1
-                if seq in stops or (eos and not seq.params.ignore_eos):
-                    seq.finish_reason = FinishReason.STOP
-                elif generated >= seq.params.max_tokens:
-                    seq.finish_reason = FinishReason.LENGTH
-                else:
+    def expect_stop(self, seq: Sequence, generated: int) -> None:
+        """Lazy path: `seq` stops (its EOS) with its `generated`-th token, where that is short of its
+        max_tokens; the simulator, which knows each choice's length, says so once instead of each step."""
+        seq.stop_at = generated
+
+    def advance(self, schedule: Schedule) -> list[Sequence]:
+        """The lazy path's `update_from_output`: every row takes a token that is not EOS, and a choice
+        ends at its max_tokens or where `expect_stop` said; no update is built (the tokens count as
+        handed out). Returns the choices that ended: the decoding ones in admission order, then each
+        chunk's samples, the order `update_from_output` ends them in."""
+        if not self._lazy:
+            raise RuntimeError("an eager scheduler takes steps back through update_from_output")
+        self._cache(schedule)
+        step = self._step
+        self._step = step + 1
+        ended: list[Sequence] = []
+        done = []
+        decoding, end_due = self._decoding, self._end_due
+        while end_due and end_due[0][0] <= step:
+            _, admitted_as, _, seq = heapq.heappop(end_due)
+            request = decoding.get(seq)
+            if request is None or request.admitted_as != admitted_as:
+                continue  # ended or preempted since
+            self._materialize(seq)
+            if self._ends_choice(request, seq):
+                done.append(request)
+            ended.append(seq)
+        for chunk in schedule.prefill:
+            for seq in chunk.samples:
+                seq.generated = seq.taken = seq.generated + 1
+                if seq.generated < seq.params.max_tokens and seq.generated != seq.stop_at:
                     continue
+                if self._ends_choice(chunk.request, seq):
+                    done.append(chunk.request)
                 ended.append(seq)
-                if request is None or request.request_id != seq.request_id:
-                    request = self.requests[seq.request_id]
-                self._end_choice(request, seq)
-                if all(s.finish_reason is not None for s in request.sequences):
-                    done.append(request)
         self._remove(done)
+        if self._joining:
+            for request in self._joining:
+                if request.status is RequestStatus.RUNNING:
+                    for seq in request.sequences:
+                        if seq.finish_reason is None:
+                            self._join(request, seq)
+            self._joining = []
         return ended
+
+    def _ends_choice(self, request: Request, seq: Sequence) -> bool:
+        """Ends `seq` (its count is its own), as `Sequence.append` would; True if its request is done."""
+        stop = seq.stop_at
+        seq.finish_reason = FinishReason.STOP if stop and seq.generated >= stop else FinishReason.LENGTH
+        self._end_choice(request, seq)
+        return all(s.finish_reason is not None for s in request.sequences)
+
+    def _join(self, request: Request, seq: Sequence) -> None:
+        """Lazy path: `seq` decodes from this step on; when it needs its next page, and when it ends."""
+        step = seq.synced = self._step
+        length = seq.prompt_tokens + seq.generated
+        self._decoding[seq] = request
+        self._offsets += length - step
+        key = request.admitted_as, seq.index, seq
+        # Its length at step t is length + t - step; it takes a page at the first t where that
+        # passes its pages.
+        heapq.heappush(self._page_due, (step + len(seq.pages) * self._pages.page_size + 1 - length, *key))
+        stop, most = seq.stop_at, seq.params.max_tokens
+        last = stop if stop and stop < most else most
+        heapq.heappush(self._end_due, (step + last - 1 - seq.generated, *key))
+
+    def _materialize(self, seq: Sequence) -> None:
+        """Lazy path: `seq` leaves the decoding choices with its count brought up to date."""
+        del self._decoding[seq]
+        self._offsets -= seq.prompt_tokens + seq.generated - seq.synced
+        seq.generated = seq.taken = seq.generated + self._step - seq.synced
+
+    def generated(self, seq: Sequence) -> int:
+        """`seq`'s generated tokens now, on either path."""
+        if seq in self._decoding:
+            return seq.generated + self._step - seq.synced
+        return seq.generated
+
+    def longest_decode(self) -> int:
+        """Lazy path: the longest decoding choice's context this step (an O(batch) walk, for profiles
+        whose engine pads attention to the longest)."""
+        step = self._step
+        return max([s.prompt_tokens + s.generated - s.synced for s in self._decoding], default=-step) + step
 
     def _cache(self, schedule: Schedule, decoded: bool = True) -> None:
         """What `schedule` cached, once it ran (its decode rows' only where `decoded`: the caller sets
@@ -220,8 +300,13 @@ class Scheduler:
             for sibling in chunk.samples:  # the others' pages hold copies of the chunk's
                 sibling.cached = chunk.end
             if chunk.request.status is RequestStatus.PREFILLING and not chunk.request.prefill_targets():
-                self._num_prefilling -= 1
-                chunk.request.move_to(RequestStatus.RUNNING)
+                self._start_running(chunk.request)
+
+    def _start_running(self, request: Request) -> None:
+        self._num_prefilling -= 1
+        request.move_to(RequestStatus.RUNNING)
+        if self._lazy:
+            self._joining.append(request)
 
     def _end_choice(self, request: Request, seq: Sequence) -> None:
         self._admitted_choices -= 1
@@ -234,60 +319,59 @@ class Scheduler:
             self._admitted.remove(request)
             del self.requests[request.request_id]
 
-    def run_decode_steps(self, schedule: Schedule, steps: int, token: int) -> int:
-        """Hands back `schedule` and runs up to `steps - 1` more steps like it at once, every choice of
-        its batch taking `token` each step: the simulator's fast path over the steps in which nothing
-        but the batch's lengths changes. The caller promises that none of those tokens ends a choice
-        and that no request arrives meanwhile; it takes no updates for them. Returns the steps run,
-        `schedule`'s included: 0 where `schedule` prefills (the caller steps it as usual), fewer than
-        `steps` where a later one would need a page that is not free (its schedule preempts).
+    def run_decode_steps(self, schedule: Schedule, steps: int) -> int:
+        """Lazy path: hands back `schedule` and runs up to `steps - 1` more steps like it at once, the
+        simulator's fast path over the steps in which nothing but the batch's lengths changes. The caller
+        promises that no request arrives meanwhile. Returns the steps run, `schedule`'s included: 0 where
+        `schedule` prefills (the caller steps it as usual), fewer than `steps` where a choice would end
+        or a later step would need a page that is not free (its schedule preempts). Pages are taken in
+        the order stepping takes them.
 
         Admission cannot change on the way: a head the step's schedule left waiting for lack of batch
         room waits until a choice ends; one waiting for pages sees the free pages less the running
         choices' outstanding reservations only shrink (a page taken within a reservation lowers both,
-        one taken beyond it only the free ones). Pages are taken per sequence, not step by step as
-        `schedule` takes them: the numbers differ, what each sequence holds does not."""
+        one taken beyond it only the free ones)."""
         steps = self.decode_steps_that_fit(schedule, steps)
-        pool = self._pages
-        page_size = pool.page_size
-        tokens = [token] * steps
-        for seq in schedule.decode if steps else ():
-            length = len(seq.token_ids)
-            seq.token_ids += tokens
-            seq.generated += steps
-            seq.taken += steps  # handed out with none of its updates
-            seq.cached = length + steps - 1
-            more = (length + steps - 2) // page_size + 1 - len(seq.pages)
-            if more > 0:
-                pool.allocate_to(seq.pages, more)
+        if steps:
+            last = self._step + steps - 1
+            due, decoding, pool, size = self._page_due, self._decoding, self._pages, self._pages.page_size
+            while due and due[0][0] <= last:
+                entry = heapq.heappop(due)
+                request = decoding.get(entry[3])
+                if request is not None and request.admitted_as == entry[1]:
+                    entry[3].pages.append(pool.allocate())
+                    heapq.heappush(due, (entry[0] + size, *entry[1:]))
+            self._step += steps
         return steps
 
     def decode_steps_that_fit(self, schedule: Schedule, steps: int) -> int:
-        """The steps `run_decode_steps(schedule, steps, ...)` would run, and nothing changed: the caller
-        can time the run before it is made. Below `steps` where a choice would reach its max_tokens or
-        a step would need a page that is not free."""
-        seqs = schedule.decode
-        if schedule.prefill or not seqs or steps < 1:
+        """The steps `run_decode_steps(schedule, steps)` would run, and nothing changed: the caller can
+        time the run before it is made."""
+        if schedule.prefill or self._joining or not schedule.decode_count or steps < 1:
             return 0
-        steps = min(steps, min([seq.params.max_tokens - seq.generated for seq in seqs]) - 1)
-        if steps < 1:
-            return 0
-        pool = self._pages
-        page_size, free = pool.page_size, pool.free_pages
-
-        def needed(run: int) -> int:  # the pages `run` steps take beyond those held
-            # Step i after this one decodes position len + i - 1.
-            return sum(
-                [more for s in seqs if (more := (len(s.token_ids) + run - 2) // page_size + 1 - len(s.pages)) > 0]
-            )
-
-        if steps == 1 or needed(steps) <= free:
+        step, decoding = self._step, self._decoding
+        end_due = self._end_due
+        while end_due and ((r := decoding.get(end_due[0][3])) is None or r.admitted_as != end_due[0][1]):
+            heapq.heappop(end_due)  # ended or preempted since
+        if end_due:
+            steps = min(steps, end_due[0][0] - step)
+        free, size = self._pages.free_pages, self._pages.page_size
+        # Each choice takes at most one page in `size` steps: most runs need no look at which.
+        if steps < 2 or len(decoding) * -(-(steps - 1) // size) <= free:
             return steps
-        low, high = 1, steps - 1  # the longest run that fits: needed(1) is 0
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if needed(mid) <= free else (low, mid - 1)
-        return low
+        due, looked, takes = self._page_due, [], list[int]()
+        while due and due[0][0] < step + steps:
+            entry = heapq.heappop(due)
+            looked.append(entry)
+            request = decoding.get(entry[3])
+            if request is not None and request.admitted_as == entry[1]:
+                takes += range(entry[0], step + steps, size)  # the steps it takes a page in
+        for entry in looked:
+            heapq.heappush(due, entry)
+        if len(takes) > free:
+            takes.sort()
+            steps = takes[free] - step  # the first step whose page is not free does not run
+        return steps
 
     def make_stats(self) -> EngineStats:
         return EngineStats(
@@ -325,6 +409,23 @@ class Scheduler:
                     pages.append(self._pages.allocate())
                 decode.append(seq)
 
+    def _plan_decode_lazy(self, schedule: Schedule) -> None:
+        """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
+        in admission order, and preempt where none is free."""
+        step, pool, due, decoding = self._step, self._pages, self._page_due, self._decoding
+        size = pool.page_size
+        while due and due[0][0] <= step:
+            entry = heapq.heappop(due)
+            request = decoding.get(entry[3])
+            if request is None or request.admitted_as != entry[1]:
+                continue  # ended or preempted since
+            if not pool.free_pages and not self._ensure_free_page(schedule, keep=request):
+                continue  # it was preempted itself, the last admitted
+            entry[3].pages.append(pool.allocate())
+            heapq.heappush(due, (entry[0] + size, *entry[1:]))
+        schedule.decode_count = len(decoding)
+        schedule.decode_context = self._offsets + len(decoding) * step
+
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""
         while self._pages.free_pages == 0:
@@ -352,6 +453,8 @@ class Scheduler:
         if request.status is RequestStatus.PREFILLING:
             self._num_prefilling -= 1
         for seq in request.sequences:
+            if seq in self._decoding:
+                self._materialize(seq)
             self._pages.release(seq.pages)
             seq.cached = 0
             if seq.finish_reason is None:
@@ -379,6 +482,8 @@ class Scheduler:
                 if need > self._pages.free_pages - outstanding:
                     return
             heapq.heappop(self._waiting)
+            self._admissions += 1
+            request.admitted_as = self._admissions
             for seq, tokens in zip(choices, reserve, strict=True):
                 seq.reserved_tokens = tokens
             if outstanding >= 0:
@@ -403,7 +508,7 @@ class Scheduler:
 
     def _reservation(self, request: Request, seq: Sequence) -> int:
         remaining = max(request.predicted_tokens - seq.generated, 1)
-        return min(len(seq.token_ids) + remaining, self._pages.max_len)
+        return min(seq.prompt_tokens + seq.generated + remaining, self._pages.max_len)
 
     def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
@@ -415,8 +520,7 @@ class Scheduler:
                 continue
             targets = request.prefill_targets()
             if not targets:  # nothing to recompute: it decodes from the next step
-                self._num_prefilling -= 1
-                request.move_to(RequestStatus.RUNNING)
+                self._start_running(request)
                 continue
             for index, (seq, target) in enumerate(targets):
                 if budget == 0:

@@ -56,6 +56,12 @@ class Sequence:
     reserved_tokens: int = 0  # what admission set aside for this choice (prompt + predicted output)
     finish_reason: FinishReason | None = None
     taken: int = 0  # of `generated`, those handed out in updates (`take_new`)
+    prompt_tokens: int = 0
+    # Kept by a scheduler that counts lengths lazily (`Scheduler(lazy=True)`, the simulator's): while
+    # the choice decodes, `generated` is its count at that scheduler's step `synced`, one more each
+    # step since; `stop_at` is the count at which its caller knows it stops (0: none known).
+    synced: int = 0
+    stop_at: int = 0
 
     @property
     def last_token(self) -> int:
@@ -99,12 +105,16 @@ class Request:
     predicted_tokens: int = 0  # S3's predicted output length of each choice
     preemptions: int = 0
     status: RequestStatus = RequestStatus.WAITING
+    admitted_as: int = 0  # the scheduler's count of admissions when it was last admitted
 
     @classmethod
     def with_choices(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> Request:
         """A request with its `params.n` choices, each starting from the prompt."""
         request = cls(request_id, list(prompt_ids), params, arrival)
-        request.sequences = [Sequence(request_id, i, params, list(prompt_ids)) for i in range(params.n)]
+        tokens = len(prompt_ids)
+        request.sequences = [
+            Sequence(request_id, i, params, list(prompt_ids), prompt_tokens=tokens) for i in range(params.n)
+        ]
         return request
 
     def move_to(self, status: RequestStatus) -> None:
@@ -130,7 +140,9 @@ class Request:
         if self.fresh:
             first = self.sequences[0]
             return [(first, len(self.prompt_ids))] if first.cached < len(self.prompt_ids) else []
-        return [(s, s.position) for s in self.sequences if s.running and s.cached < s.position]
+        # Its position from its counts, not its token list: a lazy scheduler appends no tokens.
+        targets = [(s, s.prompt_tokens + s.generated - 1) for s in self.sequences if s.running]
+        return [(s, position) for s, position in targets if s.cached < position]
 
     @property
     def finished(self) -> bool:

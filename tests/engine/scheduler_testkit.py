@@ -27,9 +27,10 @@ def make_scheduler(
     max_num_seqs: int = 8,
     predictor: LengthPredictor | None = None,
     cache: PagePool | None = None,
+    lazy: bool = False,
 ) -> Scheduler:
     config = SchedulerConfig(prefill_chunk_tokens=budget, max_num_seqs=max_num_seqs)
-    return Scheduler(config, cache or make_cache(pages), predictor or LengthPredictor())
+    return Scheduler(config, cache or make_cache(pages), predictor or LengthPredictor(), lazy=lazy)
 
 
 def make_request(

@@ -1,6 +1,8 @@
-"""`Scheduler.advance` (the simulator's update: one token for every row, no update built) moves the
-scheduler exactly as `update_from_output` does: the same schedules step after step, the same ends,
-pages and admissions, where choices stop early and the pool holds only some requests at once."""
+"""A lazy scheduler (`Scheduler(lazy=True)`, stepped through `advance`, the simulator's update: lengths
+counted, not kept) moves exactly as the engine's eager one stepped through `update_from_output`: the
+same batches step after step, the same ends, pages (page for page), admissions and preemptions, where
+choices stop early and the pool holds only some requests at once; and its run-ahead
+(`run_decode_steps`) leaves it as stepping does."""
 
 from __future__ import annotations
 
@@ -11,35 +13,57 @@ from triton_backend.scheduler import Schedule, Scheduler
 from triton_backend.sequence import Request
 
 
-def shape(schedule: Schedule) -> tuple[list[tuple[str, int, int]], list[tuple[str, int, int, int]]]:
-    return (
-        [(seq.request_id, seq.index, len(seq.token_ids)) for seq in schedule.decode],
-        [(c.request.request_id, c.start, c.end, len(c.samples)) for c in schedule.prefill],
-    )
-
-
 def requests() -> list[Request]:
     """Choices of different lengths (the short ones stopped), more than the pool holds at once."""
-    return [make_request(f"r{i}", prompt=10 + 7 * i, max_tokens=24, n=1 + i % 3) for i in range(8)]
+    return [make_request(f"r{i}", prompt=10 + 7 * i, max_tokens=40, n=1 + i % 3) for i in range(8)]
 
 
 def stop_at(request: Request, index: int) -> int:
-    """Where a choice stops: short of max_tokens for every choice but the first."""
+    """Where a choice stops (its EOS): short of max_tokens for every choice but the first, which ends
+    at max_tokens."""
     return request.params.max_tokens - 5 * index
 
 
-def run(scheduler: Scheduler, through_advance: bool) -> list[tuple[object, ...]]:
+def shape(schedule: Schedule) -> tuple[object, ...]:
+    if schedule.decode:  # the eager scheduler's rows, counted as the lazy one counts them
+        decode = (len(schedule.decode), sum(len(seq.token_ids) for seq in schedule.decode))
+    else:
+        decode = (schedule.decode_count, schedule.decode_context)
+    prefill = [(c.request.request_id, c.start, c.end, len(c.samples)) for c in schedule.prefill]
+    return decode, prefill
+
+
+def held(scheduler: Scheduler, owned: dict[str, Request]) -> list[tuple[object, ...]]:
+    """Every choice's count, pages and status: the pages themselves, not only how many."""
+    return [
+        (seq.request_id, seq.index, scheduler.generated(seq), tuple(seq.pages), seq.finish_reason, r.status)
+        for r in owned.values()
+        for seq in r.sequences
+    ]
+
+
+def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, ...]]:
+    """The timeline; `ahead`: a lazy run takes up to that many decode-only steps at once, and the
+    timeline shows each step's state as stepping would (the steps run at once in one entry)."""
     owned = {r.request_id: r for r in requests()}
     for request in owned.values():
         scheduler.add_request(request)
+        if lazy:
+            for seq in request.sequences:
+                if seq.index:
+                    scheduler.expect_stop(seq, stop_at(request, seq.index))
     timeline = []
     while scheduler.has_work:
         schedule = scheduler.schedule()
-        rows = sampling(schedule)
-        stops = {seq for seq in rows if seq.generated + 1 >= stop_at(owned[seq.request_id], seq.index)}
-        if through_advance:
-            ended = [(seq.request_id, seq.index) for seq in scheduler.advance(schedule, TOKEN, stops)]
+        planned = shape(schedule)
+        steps = 1
+        if lazy:
+            steps = scheduler.run_decode_steps(schedule, ahead) if ahead > 1 else 0
+            ended = [] if steps else [(seq.request_id, seq.index) for seq in scheduler.advance(schedule)]
+            steps = max(steps, 1)
         else:
+            rows = sampling(schedule)
+            stops = {s for s in rows if s.index and s.generated + 1 >= stop_at(owned[s.request_id], s.index)}
             given = sampled({seq: TOKEN for seq in rows})
             given = type(given)(given.tokens, {(seq.request_id, seq.index) for seq in stops})
             updates = scheduler.update_from_output(schedule, given)
@@ -50,16 +74,39 @@ def run(scheduler: Scheduler, through_advance: bool) -> list[tuple[object, ...]]
                 if ids and reason is not None
             ]
         stats = scheduler.make_stats()
-        timeline.append((shape(schedule), ended, stats.kv_pages_used, stats.preemptions, stats.running_requests))
+        entry = (ended, held(scheduler, owned), stats.kv_pages_used, stats.preemptions, stats.running_requests)
+        timeline.append((steps, planned, *entry))
     return timeline
 
 
-@pytest.mark.parametrize("pages", [64, 12], ids=["roomy pool", "short pool"])
-def test_advance_moves_the_scheduler_as_update_from_output_does(pages: int) -> None:
-    def build() -> Scheduler:
-        return make_scheduler(pages, budget=32, max_num_seqs=8, predictor=predicting(8, requests()))
+def build(pages: int, lazy: bool) -> Scheduler:
+    return make_scheduler(pages, budget=32, max_num_seqs=8, predictor=predicting(8, requests()), lazy=lazy)
 
-    by_update, by_advance = run(build(), through_advance=False), run(build(), through_advance=True)
-    assert by_advance == by_update
-    if pages == 10:
-        assert by_update[-1][3] > 0, "the short pool should preempt"
+
+@pytest.mark.parametrize("pages", [64, 16], ids=["roomy pool", "short pool"])
+def test_the_lazy_scheduler_moves_as_the_eager_one_does(pages: int) -> None:
+    eager, lazy = run(build(pages, False), lazy=False), run(build(pages, True), lazy=True)
+    assert lazy == eager
+    if pages == 16:
+        assert eager[-1][5] > 0, "the short pool should preempt"
+
+
+@pytest.mark.parametrize("pages", [64, 16], ids=["roomy pool", "short pool"])
+def test_steps_run_at_once_end_where_stepping_does(pages: int) -> None:
+    stepped = run(build(pages, True), lazy=True)
+    ahead = run(build(pages, True), lazy=True, ahead=100)
+    assert any(entry[0] > 1 for entry in ahead), "some steps should run at once"
+    # Each run-ahead entry stands for its steps; the state after it is the stepped state after them.
+    i = 0
+    for steps, _, ended, state, used, preempted, running in ahead:
+        i += steps
+        assert stepped[i - 1][2:] == (ended, state, used, preempted, running)
+    assert i == len(stepped)
+
+
+def test_a_lazy_scheduler_refuses_the_eager_update_and_the_eager_one_the_lazy() -> None:
+    lazy, eager = build(64, True), build(64, False)
+    with pytest.raises(RuntimeError, match="advance"):
+        lazy.update_from_output(lazy.schedule(), sampled({}))
+    with pytest.raises(RuntimeError, match="update_from_output"):
+        eager.advance(eager.schedule())

@@ -236,35 +236,34 @@ def test_a_request_preempted_to_make_room_is_not_planned(first, later, budget, f
 
 
 def test_decode_steps_run_at_once_stop_before_a_page_that_is_not_free():
-    """a and b, predicted at 16 tokens, decode in four pages: `run_decode_steps` runs the 16 steps that
-    fit their two pages each at once, and leaves them as 16 steps one by one do; the next schedule
-    then preempts b in both."""
+    """a and b, predicted at 16 tokens, decode in four pages: a lazy scheduler's `run_decode_steps`
+    runs the 16 steps that fit their two pages each at once, and leaves them as 16 steps one by one
+    do; the next schedule then preempts b in both."""
 
     def running_pair():
         made = [make_request(name, 16, max_tokens=40) for name in "ab"]
-        scheduler = make_scheduler(4, predictor=predicting(16, made))
+        scheduler = make_scheduler(4, predictor=predicting(16, made), lazy=True)
         for request in made:
             scheduler.add_request(request)
-        step(scheduler)  # both prompts, and each one's first token
+        scheduler.advance(scheduler.schedule())  # both prompts, and each one's first token
         return scheduler, made
 
     def state(scheduler, made):
         stats = scheduler.make_stats()
-        seqs = [r.sequences[0] for r in made]
-        return [(s.generated, s.cached, len(s.pages), len(s.token_ids)) for s in seqs], stats.kv_pages_used
+        return [(scheduler.generated(r.sequences[0]), len(r.sequences[0].pages)) for r in made], stats.kv_pages_used
 
     stepped, stepped_made = running_pair()
     for _ in range(16):
-        step(stepped)
+        stepped.advance(stepped.schedule())
     ahead, ahead_made = running_pair()
-    assert ahead.run_decode_steps(ahead.schedule(), 100, token=7) == 16
-    assert state(ahead, ahead_made) == state(stepped, stepped_made) == ([(17, 32, 2, 33)] * 2, 4)
+    assert ahead.run_decode_steps(ahead.schedule(), 100) == 16
+    assert state(ahead, ahead_made) == state(stepped, stepped_made) == ([(17, 2)] * 2, 4)
     for scheduler, (a, b) in ((stepped, stepped_made), (ahead, ahead_made)):
-        assert plan(scheduler.schedule(), [a, b]) == (["a"], [])
+        assert scheduler.schedule().decode_count == 1
         assert (a.status, b.status) == (RUNNING, RequestStatus.PREEMPTED)
 
 
 def test_decode_steps_are_not_run_at_once_beside_a_prefill():
-    scheduler = make_scheduler(8)
+    scheduler = make_scheduler(8, lazy=True)
     scheduler.add_request(make_request("a", 20))
-    assert scheduler.run_decode_steps(scheduler.schedule(), 10, token=7) == 0
+    assert scheduler.run_decode_steps(scheduler.schedule(), 10) == 0

@@ -100,6 +100,9 @@ class Scheduler:
         self._admitted_choices = 0  # the admitted requests' unfinished choices
         self._preemptions = 0  # sequences preempted so far
         self._admissions = 0
+        # `_outstanding_pages()`, kept as pages are taken and choices admitted, end or leave: admission
+        # reads it each step a choice ends at full batch.
+        self._outstanding = 0
         self._lazy = lazy
         # The lazy path's (module docstring). A decoding choice's length at step `_step` is
         # prompt_tokens + generated + _step - synced.
@@ -310,6 +313,7 @@ class Scheduler:
 
     def _end_choice(self, request: Request, seq: Sequence) -> None:
         self._admitted_choices -= 1
+        self._outstanding -= max(0, self._unreserved(seq))
         self._pages.release(seq.pages)
         self._predictor.observe(request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens)
 
@@ -334,12 +338,12 @@ class Scheduler:
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
             last = self._step + steps - 1
-            due, decoding, pool, size = self._page_due, self._decoding, self._pages, self._pages.page_size
+            due, decoding, size = self._page_due, self._decoding, self._pages.page_size
             while due and due[0][0] <= last:
                 entry = heapq.heappop(due)
                 request = decoding.get(entry[3])
                 if request is not None and request.admitted_as == entry[1]:
-                    entry[3].pages.append(pool.allocate())
+                    self._take_page(entry[3])
                     heapq.heappush(due, (entry[0] + size, *entry[1:]))
             self._step += steps
         return steps
@@ -406,7 +410,7 @@ class Scheduler:
                     if not self._ensure_free_page(schedule, keep=request):
                         del decode[first:]  # it was preempted itself, the last admitted
                         break
-                    pages.append(self._pages.allocate())
+                    self._take_page(seq)
                 decode.append(seq)
 
     def _plan_decode_lazy(self, schedule: Schedule) -> None:
@@ -421,7 +425,7 @@ class Scheduler:
                 continue  # ended or preempted since
             if not pool.free_pages and not self._ensure_free_page(schedule, keep=request):
                 continue  # it was preempted itself, the last admitted
-            entry[3].pages.append(pool.allocate())
+            self._take_page(entry[3])
             heapq.heappush(due, (entry[0] + size, *entry[1:]))
         schedule.decode_count = len(decoding)
         schedule.decode_context = self._offsets + len(decoding) * step
@@ -455,10 +459,11 @@ class Scheduler:
         for seq in request.sequences:
             if seq in self._decoding:
                 self._materialize(seq)
-            self._pages.release(seq.pages)
-            seq.cached = 0
             if seq.finish_reason is None:
                 self._admitted_choices -= 1
+                self._outstanding -= max(0, self._unreserved(seq))
+            self._pages.release(seq.pages)
+            seq.cached = 0
 
     def _admit(self, decoding: int) -> None:
         """`decoding`: the running requests' unfinished choices."""
@@ -466,7 +471,6 @@ class Scheduler:
         if not self._waiting or decoding >= self.config.max_num_seqs:
             return
         running_seqs = self._admitted_choices
-        outstanding = -1  # counted when first needed: a head over the batch's room waits without it
         while self._waiting:
             request = self._waiting[0][2]
             choices = [s for s in request.sequences if s.running]
@@ -476,18 +480,14 @@ class Scheduler:
                 return
             reserve = [self._reservation(request, s) for s in choices]
             need = sum(self._pages.pages_for(tokens) for tokens in reserve)
-            if running_seqs:
-                if outstanding < 0:
-                    outstanding = self._outstanding_pages()
-                if need > self._pages.free_pages - outstanding:
-                    return
+            if running_seqs and need > self._pages.free_pages - self._outstanding:
+                return
             heapq.heappop(self._waiting)
             self._admissions += 1
             request.admitted_as = self._admissions
             for seq, tokens in zip(choices, reserve, strict=True):
                 seq.reserved_tokens = tokens
-            if outstanding >= 0:
-                outstanding += need
+            self._outstanding += need
             running_seqs += len(choices)
             self._admitted_choices += len(choices)
             self._num_prefilling += 1
@@ -495,7 +495,8 @@ class Scheduler:
             self._admitted.append(request)
 
     def _outstanding_pages(self) -> int:
-        """The pages the admitted requests' unfinished choices have reserved and not yet taken."""
+        """The pages the admitted requests' unfinished choices have reserved and not yet taken (what
+        `_outstanding` keeps; a test ties the two)."""
         size = self._pages.page_size
         return sum(
             [
@@ -546,13 +547,25 @@ class Scheduler:
         free; False if `keep` went too."""
         count = pages - len(seq.pages)
         if count <= self._pages.free_pages:  # at once: nothing to preempt on the way
-            self._pages.allocate_to(seq.pages, count)
+            if count > 0:
+                self._outstanding -= min(count, max(0, self._unreserved(seq)))
+                self._pages.allocate_to(seq.pages, count)
             return True
         for _ in range(count):
             if not self._ensure_free_page(schedule, keep=keep):
                 return False
-            seq.pages.append(self._pages.allocate())
+            self._take_page(seq)
         return True
+
+    def _take_page(self, seq: Sequence) -> None:
+        """A page for `seq`, which counts against its reservation while that lasts."""
+        if self._unreserved(seq) > 0:
+            self._outstanding -= 1
+        seq.pages.append(self._pages.allocate())
+
+    def _unreserved(self, seq: Sequence) -> int:
+        """The pages `seq`'s reservation holds beyond those it has taken (below 0: it took more)."""
+        return -(-seq.reserved_tokens // self._pages.page_size) - len(seq.pages)
 
 
 def _update(request: Request) -> RequestUpdate:

@@ -73,6 +73,7 @@ def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, 
                 for i, (ids, reason) in enumerate(zip(u.token_ids, u.finish_reasons, strict=True))
                 if ids and reason is not None
             ]
+        assert scheduler._outstanding == scheduler._outstanding_pages(), "the count admission reads"
         stats = scheduler.make_stats()
         entry = (ended, held(scheduler, owned), stats.kv_pages_used, stats.preemptions, stats.running_requests)
         timeline.append((steps, planned, *entry))

@@ -7,8 +7,8 @@ the engine's admission and batching) and with the one that runs the engine's sch
         --json benchmarks/results/sim_replica_speed.json --report benchmarks/sim_replica_speed.md
 
 Beside the workloads, one fleet run of the trace protocol (`FLEET`: the oracle's candidates included,
-whose under-provisioned fleets run a full batch every step), once: it takes minutes with the
-scheduler's replica. `--baseline` shows an earlier results file's ratios beside.
+whose under-provisioned fleets run a full batch every step), once. `--baseline` shows an earlier
+results file's ratios beside (the committed one: the run before the lazy scheduler, on 7f0aca7).
 
 The cluster builds `nlgsim.replica.Replica` by name; until the simulator switches, this script swaps
 the name for the duration of a run, as the equality test in tests/sim/test_scheduled_replica.py does.

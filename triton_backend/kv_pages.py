@@ -50,12 +50,18 @@ class PagePool:
 
     def allocate_to(self, pages: list[int], count: int) -> None:
         """Appends `count` free pages to `pages` (a sequence's page table)."""
+        pages.extend(self.take(count))
+
+    def take(self, count: int) -> list[int]:
+        """`count` free pages, in the order `count` calls of `allocate` give them."""
         free = self._free
         if count > len(free):
             raise RuntimeError("KV cache has no free page; the scheduler should have preempted")
-        if count > 0:
-            pages.extend(free[-1 : -count - 1 : -1])
-            del free[-count:]
+        if count <= 0:
+            return []
+        taken = free[-1 : -count - 1 : -1]
+        del free[-count:]
+        return taken
 
     def release(self, pages: list[int]) -> None:
         """Takes `pages` back and empties the list (the sequence's page table)."""

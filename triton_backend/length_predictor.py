@@ -38,17 +38,19 @@ def group_of(params: SamplingParams, prompt_tokens: int) -> tuple[int, int, int,
 class LengthPredictor:
     def __init__(self, config: PredictorConfig | None = None) -> None:
         self.config = config or PredictorConfig()
-        self._seen: dict[tuple[int, int, int, bool], deque[int]] = {}
+        self._seen: dict[tuple[int, int, int, bool], deque[int]] = {}  # each group's, oldest first
+        # The same lengths in order, kept as they come and go: a prediction per request is an index,
+        # not a sort.
+        self._ordered: dict[tuple[int, int, int, bool], list[int]] = {}
         self.predictions = 0
         self.underestimates = 0
 
     def predict(self, params: SamplingParams, prompt_tokens: int) -> int:
         """Predicted generated tokens of each choice: a bucket edge, at most max_tokens."""
         self.predictions += 1
-        seen = self._seen.get(group_of(params, prompt_tokens))
-        if seen is None or len(seen) < self.config.min_history:
+        ordered = self._ordered.get(group_of(params, prompt_tokens))
+        if ordered is None or len(ordered) < self.config.min_history:
             return params.max_tokens
-        ordered = sorted(seen)
         high = ordered[min(len(ordered) - 1, int(self.config.quantile * len(ordered)))]
         return min(params.max_tokens, _bucket(high))
 
@@ -60,4 +62,9 @@ class LengthPredictor:
         seen = self._seen.get(group)
         if seen is None:
             seen = self._seen[group] = deque(maxlen=self.config.history)
+            self._ordered[group] = []
+        ordered = self._ordered[group]
+        if len(seen) == seen.maxlen:
+            del ordered[bisect.bisect_left(ordered, seen[0])]  # the oldest, which the append drops
         seen.append(generated)
+        bisect.insort(ordered, generated)

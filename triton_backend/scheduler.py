@@ -166,8 +166,13 @@ class Scheduler:
     def schedule(self) -> Schedule:
         schedule = Schedule()
         if self._lazy:
-            self._plan_decode_lazy(schedule)
-            self._admit(schedule.decode_count)
+            due, step = self._page_due, self._step
+            if due and due[0][0] <= step:  # most steps take no page: no call
+                self._plan_decode_lazy(schedule)
+            count = schedule.decode_count = len(self._decoding)
+            schedule.decode_context = self._offsets + count * step
+            if self._waiting and count < self.config.max_num_seqs:
+                self._admit(count)
         else:
             self._plan_decode(schedule)
             self._admit(len(schedule.decode))
@@ -220,7 +225,8 @@ class Scheduler:
         chunk's samples, the order `update_from_output` ends them in."""
         if not self._lazy:
             raise RuntimeError("an eager scheduler takes steps back through update_from_output")
-        self._cache(schedule)
+        if schedule.prefill:  # it lists no decode rows to cache
+            self._cache(schedule)
         step = self._step
         self._step = step + 1
         ended: list[Sequence] = []
@@ -338,13 +344,25 @@ class Scheduler:
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
             last = self._step + steps - 1
-            due, decoding, size = self._page_due, self._decoding, self._pages.page_size
+            pool, due, decoding = self._pages, self._page_due, self._decoding
+            size = pool.page_size
+            takers = []  # in the order stepping gives them pages
             while due and due[0][0] <= last:
-                entry = heapq.heappop(due)
-                request = decoding.get(entry[3])
-                if request is not None and request.admitted_as == entry[1]:
-                    self._take_page(entry[3])
-                    heapq.heappush(due, (entry[0] + size, *entry[1:]))
+                step, admitted_as, index, seq = due[0]
+                request = decoding.get(seq)
+                if request is not None and request.admitted_as == admitted_as:
+                    takers.append(seq)
+                    heapq.heapreplace(due, (step + size, admitted_as, index, seq))
+                else:
+                    heapq.heappop(due)  # ended or preempted since
+            if takers:
+                unreserved = 0  # `_take_page` for each, written out: page events are most of a run's work
+                for seq, page in zip(takers, pool.take(len(takers)), strict=True):
+                    pages = seq.pages
+                    if -(-seq.reserved_tokens // size) > len(pages):
+                        unreserved += 1
+                    pages.append(page)
+                self._outstanding -= unreserved
             self._step += steps
         return steps
 
@@ -415,20 +433,20 @@ class Scheduler:
 
     def _plan_decode_lazy(self, schedule: Schedule) -> None:
         """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
-        in admission order, and preempt where none is free."""
+        in admission order, and preempt where none is free; `schedule` counts its rows after."""
         step, pool, due, decoding = self._step, self._pages, self._page_due, self._decoding
         size = pool.page_size
         while due and due[0][0] <= step:
-            entry = heapq.heappop(due)
-            request = decoding.get(entry[3])
-            if request is None or request.admitted_as != entry[1]:
-                continue  # ended or preempted since
+            when, admitted_as, index, seq = due[0]
+            request = decoding.get(seq)
+            if request is None or request.admitted_as != admitted_as:
+                heapq.heappop(due)  # ended or preempted since
+                continue
             if not pool.free_pages and not self._ensure_free_page(schedule, keep=request):
-                continue  # it was preempted itself, the last admitted
-            self._take_page(entry[3])
-            heapq.heappush(due, (entry[0] + size, *entry[1:]))
-        schedule.decode_count = len(decoding)
-        schedule.decode_context = self._offsets + len(decoding) * step
+                heapq.heappop(due)  # it was preempted itself, the last admitted
+                continue
+            self._take_page(seq)
+            heapq.heapreplace(due, (when + size, admitted_as, index, seq))
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""

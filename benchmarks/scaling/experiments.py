@@ -154,7 +154,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, "fixed:5", "fixed:6", "fixed:7"), scale=10,
+        (*FLEET, "planner:0.9", "fixed:5", "fixed:6", "fixed:7"), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",

@@ -151,6 +151,42 @@ def fleet_table(result: ProtocolResult) -> str:
     return format_table(rows)
 
 
+def slot_bound(result: ProtocolResult | None) -> bool:
+    """Whether planning at a higher per-token latency (``planner:0.9``) left the planner's GPU-s where
+    they were (within 1%): the replicas are sized by their batch slots, not by the per-token target."""
+    runs = by_policy(result) if result else {}
+    if "planner" not in runs or "planner:0.9" not in runs:
+        return False
+    assert result is not None
+    base, higher = figures(result, "planner").gpu.mean, figures(result, "planner:0.9").gpu.mean
+    return abs(higher - base) <= 0.01 * base
+
+
+def approaches_table(results: Mapping[str, ProtocolResult]) -> str:
+    """The approaches tried on each row whose goal is not met: every policy but the fixed fleets that
+    its experiment ran, with its attainment of feasible requests and its GPU-s over the best fixed
+    fleet's ("-" where the experiment did not run it); "" when every row run is met."""
+    missed = [(t, s, results[k]) for t, s, k in ROWS if k in results and not verdict(t, s, results[k])[0]]
+    if not missed:
+        return ""
+    names: list[str] = []
+    for _, _, result in missed:
+        names += [p for p in by_policy(result) if family(p) != "fixed" and p not in names]
+    rows = []
+    for name in names:
+        row = {"approach": f"`{name}`"}
+        for trace, scale, result in missed:
+            fixed = best_fixed(result)
+            cell = "-"
+            if name in by_policy(result):
+                f = figures(result, name)
+                ratio = f"{f.gpu.mean / fixed.gpu.mean:.2f}x `{fixed.name}`" if fixed else "no best fixed"
+                cell = f"{_pct(f)}%, {ratio}"
+            row[f"`{trace}` x{scale}"] = cell
+        rows.append(row)
+    return format_table(rows)
+
+
 def placeholders(data: Mapping[str, Any]) -> dict[str, str]:
     """The ``fleet.*`` placeholders from the runner's JSON: `values`, and what its runs cost."""
     results = {k: ProtocolResult.from_json(v) for k, v in data["experiments"].items()}
@@ -165,11 +201,12 @@ def placeholders(data: Mapping[str, Any]) -> dict[str, str]:
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     """The ``fleet.*`` placeholders: the summary table, and per experiment its command, workload, oracle
     and table (``not run`` where the results lack it)."""
-    out = {"fleet.summary": summary_table(results)}
+    out = {"fleet.summary": summary_table(results), "fleet.approaches": approaches_table(results)}
     out["fleet.slow_x_startup"] = f"{SLOW_SWING_X_STARTUP:g}"
     out["fleet.bursty_x_fixed"] = f"{BURSTY_X_FIXED:g}"
     startups = {r.oracle.startup_s for k, r in results.items() if k in {key for _, _, key in ROWS} and r.oracle}
     out["fleet.startup_s"] = ", ".join(f"{x:g}" for x in sorted(startups)) or "-"
+    out["check:fleet.conv_x10_slot_bound"] = str(slot_bound(results.get("trace-conv-h100-x10"))).lower()
     met = [verdict(t, s, results[k])[0] for t, s, k in ROWS if k in results]
     out["fleet.met"] = str(sum(met))
     out["fleet.rows"] = str(len(ROWS))

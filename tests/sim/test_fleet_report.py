@@ -79,3 +79,24 @@ def test_the_table_has_every_column_the_issue_asks_for_and_a_row_not_run_says_so
     assert "| planner " in table and "| 2 " in table  # two changes of the pod count in its timeline
     summary_rows = fleet.summary_table({"trace-conv-h100-x10": RESULT}).splitlines()
     assert sum("not run" in row for row in summary_rows) == len(fleet.ROWS) - 1
+
+
+def test_the_approaches_tried_are_listed_for_each_row_not_met_only():
+    # code x10 is not met (0.86x), conv x10 is met: only code's column, every policy but the fixed fleets.
+    table = fleet.approaches_table({"trace-code-h100-x10": RESULT, "trace-conv-h100-x10": RESULT})
+    header = table.splitlines()[0]
+    assert "`azure2023_code` x10" in header and "conv" not in header
+    assert "| `planner` " in table and "99.50%, 0.86x `fixed:4`" in table
+    assert "| `kpa` " in table and not any(row.startswith("| `fixed:") for row in table.splitlines())
+    missing = made({"planner": (0.98, 900.0), "fixed:4": (0.992, 1400.0)})
+    both = fleet.approaches_table({"trace-code-h100-x10": RESULT, "trace-code-h100-x30": missing})
+    assert "| `kpa` " in both and " - " in both  # kpa was not run on x30
+    assert fleet.approaches_table({"trace-conv-h100-x10": RESULT}) == ""
+
+
+def test_slot_bound_says_whether_a_higher_plan_fraction_left_the_planners_gpu_seconds_alone():
+    same = made({"planner": (0.995, 1200.0), "planner:0.9": (0.995, 1205.0), "fixed:4": (0.992, 1400.0)})
+    assert fleet.slot_bound(same)
+    cheaper = made({"planner": (0.995, 1200.0), "planner:0.9": (0.99, 1100.0), "fixed:4": (0.992, 1400.0)})
+    assert not fleet.slot_bound(cheaper)
+    assert not fleet.slot_bound(RESULT) and not fleet.slot_bound(None)  # not run: the claim is not made

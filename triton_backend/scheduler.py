@@ -344,9 +344,8 @@ class Scheduler:
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
             last = self._step + steps - 1
-            pool, due, decoding = self._pages, self._page_due, self._decoding
-            size = pool.page_size
-            takers = []  # in the order stepping gives them pages
+            due, decoding, size = self._page_due, self._decoding, self._pages.page_size
+            takers: list[Sequence] = []  # in the order stepping gives them pages
             while due and due[0][0] <= last:
                 step, admitted_as, index, seq = due[0]
                 request = decoding.get(seq)
@@ -355,14 +354,7 @@ class Scheduler:
                     heapq.heapreplace(due, (step + size, admitted_as, index, seq))
                 else:
                     heapq.heappop(due)  # ended or preempted since
-            if takers:
-                unreserved = 0  # `_take_page` for each, written out: page events are most of a run's work
-                for seq, page in zip(takers, pool.take(len(takers)), strict=True):
-                    pages = seq.pages
-                    if -(-seq.reserved_tokens // size) > len(pages):
-                        unreserved += 1
-                    pages.append(page)
-                self._outstanding -= unreserved
+            self._give_pages(takers)
             self._step += steps
         return steps
 
@@ -435,18 +427,24 @@ class Scheduler:
         """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
         in admission order, and preempt where none is free; `schedule` counts its rows after."""
         step, pool, due, decoding = self._step, self._pages, self._page_due, self._decoding
-        size = pool.page_size
+        size, free = pool.page_size, pool.free_pages
+        takers: list[Sequence] = []  # given their pages together, before any preemption
         while due and due[0][0] <= step:
             when, admitted_as, index, seq = due[0]
             request = decoding.get(seq)
             if request is None or request.admitted_as != admitted_as:
                 heapq.heappop(due)  # ended or preempted since
                 continue
-            if not pool.free_pages and not self._ensure_free_page(schedule, keep=request):
-                heapq.heappop(due)  # it was preempted itself, the last admitted
-                continue
-            self._take_page(seq)
+            if len(takers) == free:
+                self._give_pages(takers)
+                takers = []
+                if not self._ensure_free_page(schedule, keep=request):
+                    heapq.heappop(due)  # it was preempted itself, the last admitted
+                    continue
+                free = pool.free_pages
+            takers.append(seq)
             heapq.heapreplace(due, (when + size, admitted_as, index, seq))
+        self._give_pages(takers)
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
         """Preempt the latest-admitted other requests until a page is free; False if `keep` went too."""
@@ -531,7 +529,17 @@ class Scheduler:
 
     def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
-        for request in [r for r in self._admitted if r.status is RequestStatus.PREFILLING]:
+        # The prefilling requests, in admission order: found from the end, where they mostly are
+        # (admitted last), so a step with a full batch walks a few, not all.
+        prefilling, left = [], self._num_prefilling
+        for request in reversed(self._admitted):
+            if request.status is RequestStatus.PREFILLING:
+                prefilling.append(request)
+                left -= 1
+                if not left:
+                    break
+        prefilling.reverse()
+        for request in prefilling:
             if request.status is not RequestStatus.PREFILLING:
                 # Preempted while an earlier one made room (the table test builds this state; the
                 # engine's own runs leave no later request holding pages while an earlier one still
@@ -574,6 +582,18 @@ class Scheduler:
                 return False
             self._take_page(seq)
         return True
+
+    def _give_pages(self, seqs: list[Sequence]) -> None:
+        """`_take_page` for each of `seqs` in turn, written out: page events are much of a lazy step."""
+        if not seqs:
+            return
+        size, unreserved = self._pages.page_size, 0
+        for seq, page in zip(seqs, self._pages.take(len(seqs)), strict=True):
+            pages = seq.pages
+            if -(-seq.reserved_tokens // size) > len(pages):
+                unreserved += 1
+            pages.append(page)
+        self._outstanding -= unreserved
 
     def _take_page(self, seq: Sequence) -> None:
         """A page for `seq`, which counts against its reservation while that lasts."""

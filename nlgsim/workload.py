@@ -4,7 +4,8 @@ A request is an arrival time, a prompt length and one output length per choice. 
 
 * the thesis's Table 4.2 query types at a Poisson rate (``thesis_requests``);
 * a CSV trace with a timestamp, input tokens and output tokens per row (``load_trace``), such as the
-  Azure LLM inference traces. A trace whose requests do not all fit the model's context is refused
+  Azure LLM inference traces or BurstGPT (whose failed requests, logged with no output, are left out
+  and counted). A trace whose requests do not all fit the model's context is refused
   unless a ``LengthMap`` names how to fit them (clip, scale or drop); the trace then reports what the
   mapping changed.
 """
@@ -193,11 +194,15 @@ class MappingCounts:
     """Prompts cut (after scaling) to fit beside their output."""
     outputs_capped: int = 0
     dropped: int = 0
+    no_output: int = 0
+    """Rows with no output or no prompt tokens, left out: a request that failed (BurstGPT logs its
+    failures with 0 response tokens) put no decoding load on a replica to replay."""
 
     def describe(self) -> str:
         return (
             f"{self.read} requests read: {self.scaled} prompts scaled, {self.prompts_clipped} prompts clipped, "
             f"{self.outputs_capped} outputs capped, {self.dropped} dropped"
+            + (f", {self.no_output} rows without output or prompt tokens left out" if self.no_output else "")
         )
 
 
@@ -270,8 +275,11 @@ class FleetScale:
 
 
 TIME_COLUMNS = ("timestamp", "time", "arrival", "arrival_time", "ts")
-INPUT_COLUMNS = ("contexttokens", "input_tokens", "prompt_tokens", "input", "prompt")
-OUTPUT_COLUMNS = ("generatedtokens", "output_tokens", "generated_tokens", "output", "completion_tokens")
+INPUT_COLUMNS = ("contexttokens", "input_tokens", "prompt_tokens", "input", "prompt", "request tokens", "input_length")
+OUTPUT_COLUMNS = (
+    "generatedtokens", "output_tokens", "generated_tokens", "output", "completion_tokens", "response tokens",
+    "output_length",
+)  # fmt: skip
 
 
 def _column(header: Sequence[str], names: Sequence[str], what: str, path: Path) -> int:
@@ -324,14 +332,16 @@ def load_trace(
                 rows.append((_seconds(row[ti]), int(row[ii]), int(row[oi])))
             except (ValueError, IndexError) as e:
                 raise ValueError(f"{path}:{lineno}: cannot read {row!r} ({e})") from None
-            if rows[-1][1] < 1 or rows[-1][2] < 1:
-                raise ValueError(f"{path}:{lineno}: input and output tokens must be >= 1, got {row!r}")
+            if rows[-1][1] < 0 or rows[-1][2] < 0:
+                raise ValueError(f"{path}:{lineno}: input and output tokens must be >= 0, got {row!r}")
     if speed <= 0 or not math.isfinite(speed):
         raise ValueError(f"speed = {speed}, must be a finite number > 0")
     rows.sort(key=lambda r: r[0])
     t0 = rows[0][0] if rows else 0.0
     window = [(t - t0 - start, p, o) for t, p, o in rows]
     window = [w for w in window if w[0] >= 0 and (duration is None or w[0] < duration)]
+    empty = sum(1 for _, p, o in window if p < 1 or o < 1)
+    window = [w for w in window if w[1] >= 1 and w[2] >= 1]
     requests: list[Request] = []
     scaled = clipped = capped = dropped = 0
     for rel, prompt, output in window:
@@ -352,5 +362,5 @@ def load_trace(
             f"context (prompt + output tokens, up to {longest}); choose how to fit them with --map-lengths "
             "clip, scale:F or drop (docs/simulator.md, 'Fitting lengths into the context')"
         )
-    counts = MappingCounts(len(window), scaled, clipped, capped, dropped)
+    counts = MappingCounts(len(window) + empty, scaled, clipped, capped, dropped, empty)
     return Trace(path.stem, requests, lengths.describe(), counts)

@@ -210,7 +210,9 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
         out["startup_over_oracle"] = f"{paid / max(bound, 1e-9):.2f}"
         out["oracle.max"] = str(max(orc.replicas))
         out["oracle.min"] = str(min(orc.replicas))
-    out["mapping"] = ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in result.mapping_changes.items())
+    out["mapping"] = ", ".join(
+        f"{v} {k.replace('_', ' ')}" for k, v in result.mapping_changes.items() if v or k != "no_output"
+    )
     return {f"{key}.{k}": v for k, v in out.items()}
 
 

@@ -184,3 +184,39 @@ def test_a_ramp_rises_linearly_then_holds_the_rate():
     assert (arrivals < 200).sum() == pytest.approx(1000, rel=0.08)
     assert (arrivals < 100).sum() == pytest.approx(250, rel=0.15)
     assert np.diff(arrivals[arrivals > 200]).mean() == pytest.approx(0.1, rel=0.05)
+
+
+def test_a_burstgpt_trace_loads_and_its_failed_requests_are_left_out_and_counted(tmp_path):
+    # BurstGPT's columns; its failures are logged with 0 response tokens and put no decoding load.
+    path = tmp_path / "BurstGPT_1.csv"
+    path.write_text(
+        "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"
+        "5,ChatGPT,472,18,490,Conversation log\n"
+        "45,ChatGPT,1087,0,1087,Conversation log\n"
+        "118,GPT-4,417,276,693,API log\n"
+    )
+    trace = load_trace(path, LengthMap.parse("clip"))
+    assert [(r.arrival, r.prompt_tokens, r.output_tokens) for r in trace.requests] == [
+        (0.0, 472, (18,)), (113.0, 417, (276,)),
+    ]  # fmt: skip
+    assert trace.changes.read == 3 and trace.changes.no_output == 1
+    assert "1 rows without output or prompt tokens left out" in trace.changes.describe()
+    assert "left out" not in MappingCounts(read=3).describe()
+
+
+def test_a_negative_token_count_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "bad.csv"
+    path.write_text("timestamp,input_tokens,output_tokens\n0,10,5\n1,-3,5\n")
+    with pytest.raises(ValueError, match=r"bad.csv:3: input and output tokens must be >= 0"):
+        load_trace(path)
+
+
+def test_the_docs_name_every_column_a_trace_may_use():
+    from nlgsim.workload import INPUT_COLUMNS, OUTPUT_COLUMNS, TIME_COLUMNS
+
+    row = next(
+        line for line in (Path(__file__).parents[2] / "docs" / "simulator.md").read_text().splitlines()
+        if line.startswith("| `trace:PATH`")
+    )  # fmt: skip
+    named = {name.lower() for name in re.findall(r"`([^`]+)`", row)}
+    assert set(TIME_COLUMNS) | set(INPUT_COLUMNS) | set(OUTPUT_COLUMNS) <= named

@@ -298,12 +298,12 @@ class Scheduler:
         step = self._step
         return max([s.prompt_tokens + s.generated - s.synced for s in self._decoding], default=-step) + step
 
-    def _cache(self, schedule: Schedule, decoded: bool = True) -> None:
-        """What `schedule` cached, once it ran (its decode rows' only where `decoded`: the caller sets
-        them as it goes); a prompt it completed decodes from the next step."""
-        if decoded:
-            for seq in schedule.decode:
-                seq.cached = len(seq.token_ids)  # its position + 1
+    def _cache(self, schedule: Schedule) -> None:
+        """What `schedule` cached, once it ran; a prompt it completed decodes from the next step. A lazy
+        scheduler lists no decode rows: a decoding choice's cache is read only once it has left the
+        batch, which empties it (preempted) or ends it."""
+        for seq in schedule.decode:
+            seq.cached = len(seq.token_ids)  # its position + 1
         for chunk in schedule.prefill:
             chunk.sequence.cached = chunk.end
             for sibling in chunk.samples:  # the others' pages hold copies of the chunk's

@@ -158,7 +158,7 @@ def test_a_trace_longer_than_the_context_is_refused_until_a_mapping_is_named(pro
     assert "20 of 60 requests (33.33%) miss the SLO even alone" in text
     summary = json.loads((out / "summary.json").read_text())
     assert summary["mapping_changes"] == {
-        "read": 60, "scaled": 0, "prompts_clipped": 20, "outputs_capped": 0, "dropped": 0
+        "read": 60, "scaled": 0, "prompts_clipped": 20, "outputs_capped": 0, "dropped": 0, "no_output": 0
     }  # fmt: skip
     assert summary["feasibility"]["infeasible"] == 20
     assert summary["slo"]["target"] == 0.99 and summary["oracle_unattainable_intervals"] == []

@@ -229,3 +229,11 @@ def test_only_reruns_the_experiments_named_and_keeps_the_others(tmp_path, monkey
     }  # fmt: skip
     assert set(data["wall_s"]) == set(data["load_average_before"]) == set(data["experiments"])
     assert data["wall_s"]["thesis-step"] == 5.0 and data["load_average_before"]["thesis-step"] == 8.0
+
+
+def test_only_re_runs_with_the_worker_count_the_kept_experiments_ran_with(tmp_path):
+    out = tmp_path / "results.json"
+    out.write_text(json.dumps({"experiments": {"thesis-step": {}}, "workers": 2}))
+    with pytest.raises(SystemExit, match="ran with 2; re-run with --workers 2"):
+        runner.run(["trace-conv-h100-x10"], 1, out)
+    assert json.loads(out.read_text())["workers"] == 2  # nothing written

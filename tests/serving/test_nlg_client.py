@@ -77,6 +77,13 @@ def test_a_server_that_never_answers_is_one_line_after_the_timeout(silent_port):
     assert_one_line(done.stderr, rf"nlg-client: cannot reach Triton at 127\.0\.0\.1:{silent_port}: Deadline Exceeded")
 
 
+def as_in_a_terminal() -> None:
+    """The client's SIGINT at its default, as a user's Ctrl-C finds it: a shell starts a background job
+    (a CI step run with `&`, say) with SIGINT ignored, its children inherit that, and Python then
+    installs no KeyboardInterrupt handler, so the test would see a client that cannot be interrupted."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interrupt(process: subprocess.Popen[str], after: float) -> tuple[str, str]:
     time.sleep(after)
     process.send_signal(signal.SIGINT)
@@ -86,7 +93,7 @@ def interrupt(process: subprocess.Popen[str], after: float) -> tuple[str, str]:
 @pytest.mark.e2e
 def test_ctrl_c_is_one_line_and_status_130(silent_port):
     process = subprocess.Popen([*CLIENT, "hi", "--url", f"127.0.0.1:{silent_port}"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+                               stderr=subprocess.PIPE, text=True, preexec_fn=as_in_a_terminal)  # fmt: skip
     out, err = interrupt(process, after=3.0)  # the interpreter and tritonclient loaded, waiting on the server
     assert (process.returncode, out) == (130, "")
     assert_one_line(err, r"nlg-client: interrupted; a request under way was cancelled")
@@ -100,7 +107,8 @@ def test_against_the_server_choices_are_lines_and_ctrl_c_cancels_the_stream(trit
     lines = done.stdout.splitlines()
     assert sorted(line[:4] for line in lines) == ["[0] ", "[1] ", "[2] "], done.stdout
     process = subprocess.Popen([*CLIENT, "Once upon a time", "--url", triton_tiny.grpc_url, "--max-tokens", "1000",
-                                "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                                "--ignore-eos"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               preexec_fn=as_in_a_terminal)  # fmt: skip
     # Interrupted once its first text arrives: the stream is under way, however fast this machine
     # generates (a quiet one streams the tiny model's 1000 tokens in a few seconds).
     assert process.stdout is not None and process.stdout.read(1)

@@ -231,12 +231,12 @@ class Scheduler:
         self._step = step + 1
         ended: list[Sequence] = []
         done = []
-        decoding, end_due = self._decoding, self._end_due
+        end_due = self._end_due
         while end_due and end_due[0][0] <= step:
-            _, admitted_as, _, seq = heapq.heappop(end_due)
-            request = decoding.get(seq)
-            if request is None or request.admitted_as != admitted_as:
-                continue  # ended or preempted since
+            entry = heapq.heappop(end_due)
+            request, seq = self._current(entry), entry[3]
+            if request is None:
+                continue
             self._materialize(seq)
             if self._ends_choice(request, seq):
                 done.append(request)
@@ -279,6 +279,12 @@ class Scheduler:
         stop, most = seq.stop_at, seq.params.max_tokens
         last = stop if stop and stop < most else most
         heapq.heappush(self._end_due, (step + last - 1 - seq.generated, *key))
+
+    def _current(self, entry: _Due) -> Request | None:
+        """The request of a page or end entry's choice while the entry is still its own, else None: the
+        choice ended or was preempted since (a preempted request is admitted again under a new count)."""
+        request = self._decoding.get(entry[3])
+        return request if request is not None and request.admitted_as == entry[1] else None
 
     def _materialize(self, seq: Sequence) -> None:
         """Lazy path: `seq` leaves the decoding choices with its count brought up to date."""
@@ -344,16 +350,15 @@ class Scheduler:
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
             last = self._step + steps - 1
-            due, decoding, size = self._page_due, self._decoding, self._pages.page_size
+            due, size = self._page_due, self._pages.page_size
             takers: list[Sequence] = []  # in the order stepping gives them pages
             while due and due[0][0] <= last:
                 step, admitted_as, index, seq = due[0]
-                request = decoding.get(seq)
-                if request is not None and request.admitted_as == admitted_as:
+                if self._current(due[0]) is not None:
                     takers.append(seq)
                     heapq.heapreplace(due, (step + size, admitted_as, index, seq))
                 else:
-                    heapq.heappop(due)  # ended or preempted since
+                    heapq.heappop(due)
             self._give_pages(takers)
             self._step += steps
         return steps
@@ -365,8 +370,8 @@ class Scheduler:
             return 0
         step, decoding = self._step, self._decoding
         end_due = self._end_due
-        while end_due and ((r := decoding.get(end_due[0][3])) is None or r.admitted_as != end_due[0][1]):
-            heapq.heappop(end_due)  # ended or preempted since
+        while end_due and self._current(end_due[0]) is None:
+            heapq.heappop(end_due)
         if end_due:
             steps = min(steps, end_due[0][0] - step)
         free, size = self._pages.free_pages, self._pages.page_size
@@ -377,8 +382,7 @@ class Scheduler:
         while due and due[0][0] < step + steps:
             entry = heapq.heappop(due)
             looked.append(entry)
-            request = decoding.get(entry[3])
-            if request is not None and request.admitted_as == entry[1]:
+            if self._current(entry) is not None:
                 takes += range(entry[0], step + steps, size)  # the steps it takes a page in
         for entry in looked:
             heapq.heappush(due, entry)
@@ -426,14 +430,14 @@ class Scheduler:
     def _plan_decode_lazy(self, schedule: Schedule) -> None:
         """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
         in admission order, and preempt where none is free; `schedule` counts its rows after."""
-        step, pool, due, decoding = self._step, self._pages, self._page_due, self._decoding
+        step, pool, due = self._step, self._pages, self._page_due
         size, free = pool.page_size, pool.free_pages
         takers: list[Sequence] = []  # given their pages together, before any preemption
         while due and due[0][0] <= step:
             when, admitted_as, index, seq = due[0]
-            request = decoding.get(seq)
-            if request is None or request.admitted_as != admitted_as:
-                heapq.heappop(due)  # ended or preempted since
+            request = self._current(due[0])
+            if request is None:
+                heapq.heappop(due)
                 continue
             if len(takers) == free:
                 self._give_pages(takers)

@@ -33,8 +33,6 @@ from triton_backend.sampling_params import SamplingParams
 from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
 from triton_backend.sequence import Request, RequestStatus
 
-TOKEN = 0  # what every choice samples: the scheduler never reads a token's value
-
 
 class ScheduledReplica:
     """A continuous-batching engine: the real scheduler, the profile's clock. The simulator calls
@@ -70,7 +68,7 @@ class ScheduledReplica:
                 max_tokens=shape[0], n=shape[1], temperature=0.0, ignore_eos=True
             )
         key = str(req.id)
-        request = Request.with_choices(key, [TOKEN] * req.prompt_tokens, params, req.arrival)
+        request = Request.counted(key, req.prompt_tokens, params, req.arrival)
         try:
             self.scheduler.add_request(request)
         except ValueError as err:

@@ -30,9 +30,19 @@ def _bucket(value: int) -> int:
     return BUCKETS[min(bisect.bisect_left(BUCKETS, value), len(BUCKETS) - 1)]
 
 
+# `_bucket` of 0..BUCKETS[-1], looked up: two buckets a request arrives and each choice ends.
+_BUCKET_OF = [_bucket(value) for value in range(BUCKETS[-1] + 1)]
+
+
 def group_of(params: SamplingParams, prompt_tokens: int) -> tuple[int, int, int, bool]:
     can_end_early = bool(params.stop) or not params.ignore_eos
-    return (_bucket(params.max_tokens), _bucket(prompt_tokens), params.n, can_end_early)
+    top = BUCKETS[-1]
+    return (
+        _BUCKET_OF[params.max_tokens] if params.max_tokens < top else top,
+        _BUCKET_OF[prompt_tokens] if prompt_tokens < top else top,
+        params.n,
+        can_end_early,
+    )
 
 
 class LengthPredictor:

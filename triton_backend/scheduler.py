@@ -17,18 +17,22 @@ pages are freed and it is recomputed later from its tokens, none lost or repeate
 
 The simulator builds it with `lazy=True` and takes steps back through `advance`: the same admission,
 batching, pages and preemption, with the lengths counted instead of kept. The decoding choices are
-not listed each step (the schedule counts them); each holds its count at the step it began decoding,
-and heaps keyed by step say when one needs its next page and when one ends (at max_tokens, or where
-the caller said it stops: `expect_stop`). A step then costs O(1) plus O(log n) for each such event,
-where listing every row made it cost O(batch); the engine keeps the eager path, whose rows it needs.
+not listed each step (the schedule counts them); each holds its count at the step it began decoding.
+A choice takes a page every page_size steps, so the decoding choices are kept by the residue of those
+steps (a step's takers are one list, in admission order), and a heap keyed by step says when one ends
+(at max_tokens, or where the caller said it stops: `expect_stop`). A step then costs O(1) plus a little
+for each page taken, choice ended or request admitted, where listing every row made it cost O(batch);
+the engine keeps the eager path, whose rows it needs.
 """
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from triton_backend.engine_stats import EngineStats
 from triton_backend.kv_pages import PagePool
@@ -50,9 +54,8 @@ class SchedulerConfig:
             raise ValueError(f"max_num_seqs: must be >= 1, got {self.max_num_seqs}")
 
 
-@dataclass(frozen=True)
-class PrefillChunk:
-    """Tokens start..end of one sequence, to be cached this step."""
+class PrefillChunk(NamedTuple):
+    """Tokens start..end of one sequence, to be cached this step (a tuple: one is built a prefill)."""
 
     request: Request
     sequence: Sequence
@@ -66,22 +69,26 @@ class PrefillChunk:
 PageCopy = tuple[int, int]  # (source page, destination page)
 
 
-@dataclass
 class Schedule:
-    """One step's work, for the engine to run and hand back to `update_from_output` with its samples."""
+    """One step's work, for the engine to run and hand back to `update_from_output` with its samples.
+    A plain class with slots: one is built every step."""
 
-    decode: list[Sequence] = field(default_factory=list)  # each feeds its last token and samples the next
-    prefill: list[PrefillChunk] = field(default_factory=list)
-    # To copy once the step's forward pass has written them: a fresh prompt, prefilled in its first
-    # choice, into the pages of its other choices.
-    page_copies: list[PageCopy] = field(default_factory=list)
-    # A lazy scheduler lists no decode rows: it counts them, and the tokens they attend to (each row's
-    # prompt and generated tokens, the one it feeds included).
-    decode_count: int = 0
-    decode_context: int = 0
+    __slots__ = ("decode", "prefill", "page_copies", "decode_count", "decode_context")
+
+    def __init__(self) -> None:
+        self.decode: list[Sequence] = []  # each feeds its last token and samples the next
+        self.prefill: list[PrefillChunk] = []
+        # To copy once the step's forward pass has written them: a fresh prompt, prefilled in its first
+        # choice, into the pages of its other choices.
+        self.page_copies: list[PageCopy] = []
+        # A lazy scheduler lists no decode rows: it counts them, and the tokens they attend to (each
+        # row's prompt and generated tokens, the one it feeds included).
+        self.decode_count = 0
+        self.decode_context = 0
 
 
 _Due = tuple[int, int, int, Sequence]  # (step, its request's admitted_as, choice index, the choice): unique
+_Taker = tuple[int, int, Sequence]  # (its request's admitted_as, choice index, the choice): unique
 
 
 class Scheduler:
@@ -109,7 +116,10 @@ class Scheduler:
         self._step = 0  # steps taken back
         self._decoding: dict[Sequence, Request] = {}  # the RUNNING requests' unfinished choices
         self._offsets = 0  # over `_decoding`, prompt_tokens + generated - synced
-        self._page_due: list[_Due] = []  # when each decoding choice needs its next page
+        # A decoding choice takes a page every page_size steps, in the steps of one residue modulo
+        # page_size (`_residue`): the decoding choices by that residue, each list in admission order,
+        # are a step's takers in the order stepping gives them pages.
+        self._page_phase: list[list[_Taker]] = [[] for _ in range(pages.page_size)]
         self._end_due: list[_Due] = []  # the step whose token ends each decoding choice
         self._joining: list[Request] = []  # moved to RUNNING this step: they decode from the next
 
@@ -138,7 +148,9 @@ class Scheduler:
             raise ValueError(f"request id {request.request_id!r} is already in flight")
         if len(request.sequences) > self.config.max_num_seqs:
             raise ValueError(f"n: {len(request.sequences)} is above this instance's max_num_seqs")
-        request.predicted_tokens = self._predictor.predict(request.params, len(request.prompt_ids))
+        if not self._lazy and len(request.prompt_ids) != request.prompt_tokens:
+            raise ValueError("a request without its prompt's tokens (Request.counted) is for a lazy scheduler")
+        request.predicted_tokens = self._predictor.predict(request.params, request.prompt_tokens)
         self.requests[request.request_id] = request
         deadline = request.deadline
         heapq.heappush(self._waiting, (deadline if deadline is not None else float("inf"), next(self._order), request))
@@ -166,8 +178,8 @@ class Scheduler:
     def schedule(self) -> Schedule:
         schedule = Schedule()
         if self._lazy:
-            due, step = self._page_due, self._step
-            if due and due[0][0] <= step:  # most steps take no page: no call
+            step = self._step
+            if self._page_phase[step % self._pages.page_size]:
                 self._plan_decode_lazy(schedule)
             count = schedule.decode_count = len(self._decoding)
             schedule.decode_context = self._offsets + count * step
@@ -273,22 +285,29 @@ class Scheduler:
         self._decoding[seq] = request
         self._offsets += length - step
         key = request.admitted_as, seq.index, seq
-        # Its length at step t is length + t - step; it takes a page at the first t where that
-        # passes its pages.
-        heapq.heappush(self._page_due, (step + len(seq.pages) * self._pages.page_size + 1 - length, *key))
+        # Its length at step t is length + t - step; it takes a page at the first t where that passes
+        # its pages, within page_size steps of this one (its pages hold its length - 1 tokens and
+        # fewer than page_size more), and every page_size steps after.
+        bisect.insort(self._page_phase[self._residue(seq)], key)
         stop, most = seq.stop_at, seq.params.max_tokens
         last = stop if stop and stop < most else most
         heapq.heappush(self._end_due, (step + last - 1 - seq.generated, *key))
 
     def _current(self, entry: _Due) -> Request | None:
-        """The request of a page or end entry's choice while the entry is still its own, else None: the
-        choice ended or was preempted since (a preempted request is admitted again under a new count)."""
+        """The request of an end entry's choice while the entry is still its own, else None: the choice
+        ended or was preempted since (a preempted request is admitted again under a new count)."""
         request = self._decoding.get(entry[3])
         return request if request is not None and request.admitted_as == entry[1] else None
 
+    def _residue(self, seq: Sequence) -> int:
+        """The steps, modulo page_size, in which decoding `seq` takes a page: its length at step t is
+        prompt_tokens + generated + t - synced, and it takes one where that passes a page's end."""
+        return (seq.synced + 1 - seq.prompt_tokens - seq.generated) % self._pages.page_size
+
     def _materialize(self, seq: Sequence) -> None:
         """Lazy path: `seq` leaves the decoding choices with its count brought up to date."""
-        del self._decoding[seq]
+        request = self._decoding.pop(seq)
+        self._page_phase[self._residue(seq)].remove((request.admitted_as, seq.index, seq))
         self._offsets -= seq.prompt_tokens + seq.generated - seq.synced
         seq.generated = seq.taken = seq.generated + self._step - seq.synced
 
@@ -327,7 +346,7 @@ class Scheduler:
         self._admitted_choices -= 1
         self._outstanding -= max(0, self._unreserved(seq))
         self._pages.release(seq.pages)
-        self._predictor.observe(request.params, len(request.prompt_ids), seq.generated, request.predicted_tokens)
+        self._predictor.observe(request.params, request.prompt_tokens, seq.generated, request.predicted_tokens)
 
     def _remove(self, ended: list[Request]) -> None:
         for request in ended:
@@ -349,16 +368,11 @@ class Scheduler:
         one taken beyond it only the free ones)."""
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
-            last = self._step + steps - 1
-            due, size = self._page_due, self._pages.page_size
-            takers: list[Sequence] = []  # in the order stepping gives them pages
-            while due and due[0][0] <= last:
-                step, admitted_as, index, seq = due[0]
-                if self._current(due[0]) is not None:
-                    takers.append(seq)
-                    heapq.heapreplace(due, (step + size, admitted_as, index, seq))
-                else:
-                    heapq.heappop(due)
+            step, size = self._step, self._pages.page_size
+            # The later steps' takers, in the order stepping gives them pages (`schedule` took its own).
+            # None ends or leaves on the way: each residue's list holds for the whole run.
+            phases = self._page_phase
+            takers = [seq for t in range(step + 1, step + steps) for _, _, seq in phases[t % size]]
             self._give_pages(takers)
             self._step += steps
         return steps
@@ -378,14 +392,10 @@ class Scheduler:
         # Each choice takes at most one page in `size` steps: most runs need no look at which.
         if steps < 2 or len(decoding) * -(-(steps - 1) // size) <= free:
             return steps
-        due, looked, takes = self._page_due, [], list[int]()
-        while due and due[0][0] < step + steps:
-            entry = heapq.heappop(due)
-            looked.append(entry)
-            if self._current(entry) is not None:
-                takes += range(entry[0], step + steps, size)  # the steps it takes a page in
-        for entry in looked:
-            heapq.heappush(due, entry)
+        takes = list[int]()  # the later steps (`schedule` took its own), once for each page taken in them
+        for residue in range(size):
+            first = step + 1 + (residue - step - 1) % size
+            takes += list(range(first, step + steps, size)) * len(self._page_phase[residue])
         if len(takes) > free:
             takes.sort()
             steps = takes[free] - step  # the first step whose page is not free does not run
@@ -430,24 +440,21 @@ class Scheduler:
     def _plan_decode_lazy(self, schedule: Schedule) -> None:
         """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
         in admission order, and preempt where none is free; `schedule` counts its rows after."""
-        step, pool, due = self._step, self._pages, self._page_due
-        size, free = pool.page_size, pool.free_pages
+        pool, decoding = self._pages, self._decoding
+        free = pool.free_pages
         takers: list[Sequence] = []  # given their pages together, before any preemption
-        while due and due[0][0] <= step:
-            when, admitted_as, index, seq = due[0]
-            request = self._current(due[0])
-            if request is None:
-                heapq.heappop(due)
-                continue
+        # A copy: a preemption on the way takes its choices out of the list.
+        for admitted_as, _, seq in self._page_phase[self._step % pool.page_size][:]:
+            request = decoding.get(seq)
+            if request is None or request.admitted_as != admitted_as:
+                continue  # preempted on the way
             if len(takers) == free:
                 self._give_pages(takers)
                 takers = []
                 if not self._ensure_free_page(schedule, keep=request):
-                    heapq.heappop(due)  # it was preempted itself, the last admitted
-                    continue
+                    continue  # it was preempted itself, the last admitted
                 free = pool.free_pages
             takers.append(seq)
-            heapq.heapreplace(due, (when + size, admitted_as, index, seq))
         self._give_pages(takers)
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
@@ -487,26 +494,28 @@ class Scheduler:
 
     def _admit(self, decoding: int) -> None:
         """`decoding`: the running requests' unfinished choices."""
+        waiting, most = self._waiting, self.config.max_num_seqs
         # Every waiting request has a choice to run, so none fits beside a full batch.
-        if not self._waiting or decoding >= self.config.max_num_seqs:
+        if not waiting or decoding >= most:
             return
         running_seqs = self._admitted_choices
-        while self._waiting:
-            request = self._waiting[0][2]
-            choices = [s for s in request.sequences if s.running]
+        pool = self._pages
+        while waiting:
+            request = waiting[0][2]
+            choices = [s for s in request.sequences if s.finish_reason is None]
             # Strict order: a large head waits rather than being overtaken forever. With nothing
             # admitted (every admitted request has a running choice) it goes in alone.
-            if running_seqs and running_seqs + len(choices) > self.config.max_num_seqs:
+            if running_seqs and running_seqs + len(choices) > most:
                 return
-            reserve = [self._reservation(request, s) for s in choices]
-            need = sum(self._pages.pages_for(tokens) for tokens in reserve)
-            if running_seqs and need > self._pages.free_pages - self._outstanding:
+            reserve = [pool.pages_for(self._reservation(request, s)) for s in choices]
+            need = sum(reserve)
+            if running_seqs and need > pool.free_pages - self._outstanding:
                 return
-            heapq.heappop(self._waiting)
+            heapq.heappop(waiting)
             self._admissions += 1
             request.admitted_as = self._admissions
-            for seq, tokens in zip(choices, reserve, strict=True):
-                seq.reserved_tokens = tokens
+            for seq, pages in zip(choices, reserve, strict=True):
+                seq.reserved_pages = pages
             self._outstanding += need
             running_seqs += len(choices)
             self._admitted_choices += len(choices)
@@ -517,10 +526,9 @@ class Scheduler:
     def _outstanding_pages(self) -> int:
         """The pages the admitted requests' unfinished choices have reserved and not yet taken (what
         `_outstanding` keeps; a test ties the two)."""
-        size = self._pages.page_size
         return sum(
             [
-                max(0, -(-s.reserved_tokens // size) - len(s.pages))  # kv_pages.pages_for, written out
+                max(0, s.reserved_pages - len(s.pages))
                 for r in self._admitted
                 for s in r.sequences
                 if s.finish_reason is None
@@ -569,7 +577,7 @@ class Scheduler:
 
     def _give_siblings_pages(self, request: Request, schedule: Schedule) -> bool:
         """Pages for the other choices, which get a copy of the first choice's prompt."""
-        prompt_pages = self._pages.pages_for(len(request.prompt_ids))
+        prompt_pages = self._pages.pages_for(request.prompt_tokens)
         return all(self._take_pages(seq, prompt_pages, schedule, request) for seq in request.sequences[1:])
 
     def _take_pages(self, seq: Sequence, pages: int, schedule: Schedule, keep: Request) -> bool:
@@ -591,10 +599,10 @@ class Scheduler:
         """`_take_page` for each of `seqs` in turn, written out: page events are much of a lazy step."""
         if not seqs:
             return
-        size, unreserved = self._pages.page_size, 0
+        unreserved = 0
         for seq, page in zip(seqs, self._pages.take(len(seqs)), strict=True):
             pages = seq.pages
-            if -(-seq.reserved_tokens // size) > len(pages):
+            if seq.reserved_pages > len(pages):
                 unreserved += 1
             pages.append(page)
         self._outstanding -= unreserved
@@ -607,7 +615,7 @@ class Scheduler:
 
     def _unreserved(self, seq: Sequence) -> int:
         """The pages `seq`'s reservation holds beyond those it has taken (below 0: it took more)."""
-        return -(-seq.reserved_tokens // self._pages.page_size) - len(seq.pages)
+        return seq.reserved_pages - len(seq.pages)
 
 
 def _update(request: Request) -> RequestUpdate:
@@ -618,7 +626,7 @@ def _update(request: Request) -> RequestUpdate:
         tuple([seq.take_new() for seq in seqs]),  # a list built in place: faster than a generator's tuple
         tuple([seq.generated for seq in seqs]),
         tuple([seq.finish_reason for seq in seqs]),
-        len(request.prompt_ids),
+        request.prompt_tokens,
         request.finished,
         request.arrival,
     )

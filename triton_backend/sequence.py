@@ -26,6 +26,10 @@ class RequestStatus(Enum):
     def finished(self) -> bool:
         return self is RequestStatus.FINISHED or self is RequestStatus.FINISHED_ABORTED
 
+    # A member is equal only to itself: hashed by identity, in C, where Enum's hash of its name runs in
+    # Python (every move looks its status up twice).
+    __hash__ = object.__hash__
+
 
 #: The moves a request may make; anything else is a scheduler bug, raised where it happens.
 TRANSITIONS: dict[RequestStatus, frozenset[RequestStatus]] = {
@@ -42,7 +46,7 @@ TRANSITIONS: dict[RequestStatus, frozenset[RequestStatus]] = {
 
 # Sequences and requests compare by identity: the scheduler looks requests up in its lists, and
 # field-by-field equality made every miss cost a dataclass comparison.
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Sequence:
     """One choice: its tokens, its KV pages, and how it ended."""
 
@@ -53,7 +57,7 @@ class Sequence:
     generated: int = 0
     pages: list[int] = field(default_factory=list)
     cached: int = 0  # tokens whose keys and values are in the cache
-    reserved_tokens: int = 0  # what admission set aside for this choice (prompt + predicted output)
+    reserved_pages: int = 0  # what admission set aside for this choice (prompt + predicted output)
     finish_reason: FinishReason | None = None
     taken: int = 0  # of `generated`, those handed out in updates (`take_new`)
     prompt_tokens: int = 0
@@ -95,12 +99,13 @@ class Sequence:
         return tuple(self.token_ids[-new:]) if new else ()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Request:
     request_id: str
     prompt_ids: list[int]
     params: SamplingParams
     arrival: float
+    prompt_tokens: int  # len(prompt_ids), where the request holds them (`counted`)
     sequences: list[Sequence] = field(default_factory=list)
     predicted_tokens: int = 0  # S3's predicted output length of each choice
     preemptions: int = 0
@@ -110,11 +115,20 @@ class Request:
     @classmethod
     def with_choices(cls, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float) -> Request:
         """A request with its `params.n` choices, each starting from the prompt."""
-        request = cls(request_id, list(prompt_ids), params, arrival)
         tokens = len(prompt_ids)
+        request = cls(request_id, list(prompt_ids), params, arrival, tokens)
         request.sequences = [
             Sequence(request_id, i, params, list(prompt_ids), prompt_tokens=tokens) for i in range(params.n)
         ]
+        return request
+
+    @classmethod
+    def counted(cls, request_id: str, prompt_tokens: int, params: SamplingParams, arrival: float) -> Request:
+        """A request of a `prompt_tokens`-token prompt that holds no token ids, for a scheduler that
+        counts lengths (`Scheduler(lazy=True)`, the simulator's): it reads counts only, and a prompt
+        of tokens nobody reads would cost a list per choice."""
+        request = cls(request_id, [], params, arrival, prompt_tokens)
+        request.sequences = [Sequence(request_id, i, params, [], prompt_tokens=prompt_tokens) for i in range(params.n)]
         return request
 
     def move_to(self, status: RequestStatus) -> None:
@@ -129,7 +143,10 @@ class Request:
     @property
     def fresh(self) -> bool:
         """Nothing generated yet: one prefill of the prompt serves every choice."""
-        return all(seq.generated == 0 for seq in self.sequences)
+        for seq in self.sequences:  # a loop: cheaper than all() over a generator, and asked each step
+            if seq.generated:
+                return False
+        return True
 
     def prefill_targets(self) -> list[tuple[Sequence, int]]:
         """Each sequence still to prefill, with how many tokens it must have cached before decoding.
@@ -139,7 +156,7 @@ class Request:
         """
         if self.fresh:
             first = self.sequences[0]
-            return [(first, len(self.prompt_ids))] if first.cached < len(self.prompt_ids) else []
+            return [(first, self.prompt_tokens)] if first.cached < self.prompt_tokens else []
         # Its position from its counts, not its token list: a lazy scheduler appends no tokens.
         targets = [(s, s.prompt_tokens + s.generated - 1) for s in self.sequences if s.running]
         return [(s, position) for s, position in targets if s.cached < position]

@@ -178,9 +178,12 @@ class Scheduler:
     def schedule(self) -> Schedule:
         schedule = Schedule()
         if self._lazy:
-            step = self._step
-            if self._page_phase[step % self._pages.page_size]:
-                self._plan_decode_lazy(schedule)
+            step, pool = self._step, self._pages
+            takers = self._page_phase[step % pool.page_size]
+            if len(takers) > pool.free_pages:
+                self._plan_decode_lazy(schedule, takers)
+            elif takers:  # most steps: every taker's page is free
+                self._give_pages(takers)
             count = schedule.decode_count = len(self._decoding)
             schedule.decode_context = self._offsets + count * step
             if self._waiting and count < self.config.max_num_seqs:
@@ -371,8 +374,9 @@ class Scheduler:
             step, size = self._step, self._pages.page_size
             # The later steps' takers, in the order stepping gives them pages (`schedule` took its own).
             # None ends or leaves on the way: each residue's list holds for the whole run.
-            phases = self._page_phase
-            takers = [seq for t in range(step + 1, step + steps) for _, _, seq in phases[t % size]]
+            phases, takers = self._page_phase, list[_Taker]()
+            for t in range(step + 1, step + steps):
+                takers += phases[t % size]
             self._give_pages(takers)
             self._step += steps
         return steps
@@ -437,16 +441,18 @@ class Scheduler:
                     self._take_page(seq)
                 decode.append(seq)
 
-    def _plan_decode_lazy(self, schedule: Schedule) -> None:
-        """`_plan_decode`, counted: only the choices whose length passes their pages this step take one,
-        in admission order, and preempt where none is free; `schedule` counts its rows after."""
+    def _plan_decode_lazy(self, schedule: Schedule, due: list[_Taker]) -> None:
+        """`_plan_decode`, counted, where this step's takers (`due`, the choices whose length passes
+        their pages) are more than the free pages: they take one in admission order, preempting where
+        none is free; `schedule` counts its rows after."""
         pool, decoding = self._pages, self._decoding
         free = pool.free_pages
-        takers: list[Sequence] = []  # given their pages together, before any preemption
+        takers: list[_Taker] = []  # given their pages together, before any preemption
         # A copy: a preemption on the way takes its choices out of the list.
-        for admitted_as, _, seq in self._page_phase[self._step % pool.page_size][:]:
+        for entry in due[:]:
+            seq = entry[2]
             request = decoding.get(seq)
-            if request is None or request.admitted_as != admitted_as:
+            if request is None:
                 continue  # preempted on the way
             if len(takers) == free:
                 self._give_pages(takers)
@@ -454,7 +460,7 @@ class Scheduler:
                 if not self._ensure_free_page(schedule, keep=request):
                     continue  # it was preempted itself, the last admitted
                 free = pool.free_pages
-            takers.append(seq)
+            takers.append(entry)
         self._give_pages(takers)
 
     def _ensure_free_page(self, schedule: Schedule, keep: Request) -> bool:
@@ -595,12 +601,13 @@ class Scheduler:
             self._take_page(seq)
         return True
 
-    def _give_pages(self, seqs: list[Sequence]) -> None:
-        """`_take_page` for each of `seqs` in turn, written out: page events are much of a lazy step."""
-        if not seqs:
+    def _give_pages(self, takers: list[_Taker]) -> None:
+        """`_take_page` for each of `takers`' choices in turn, written out: page events are much of a
+        lazy step."""
+        if not takers:
             return
         unreserved = 0
-        for seq, page in zip(seqs, self._pages.take(len(seqs)), strict=True):
+        for (_, _, seq), page in zip(takers, self._pages.take(len(takers)), strict=True):
             pages = seq.pages
             if seq.reserved_pages > len(pages):
                 unreserved += 1

@@ -61,28 +61,30 @@ class ScheduledReplica:
 
     def submit(self, state: RequestState) -> None:
         req = state.request
-        shape = (max(req.output_tokens), req.choices)
-        params = self._params.get(shape)
+        lengths = req.output_tokens
+        longest, choices = max(lengths), len(lengths)
+        params = self._params.get((longest, choices))
         if params is None:
-            params = self._params[shape] = SamplingParams(
-                max_tokens=shape[0], n=shape[1], temperature=0.0, ignore_eos=True
+            params = self._params[longest, choices] = SamplingParams(
+                max_tokens=longest, n=choices, temperature=0.0, ignore_eos=True
             )
         key = str(req.id)
         request = Request.counted(key, req.prompt_tokens, params, req.arrival)
+        scheduler = self.scheduler
         try:
-            self.scheduler.add_request(request)
+            scheduler.add_request(request)
         except ValueError as err:
             raise ValueError(f"request {req.id}: {err} (the profile's max_batch)") from None
-        longest = shape[0]
-        for seq, length in zip(request.sequences, req.output_tokens, strict=True):
-            if length < longest:
-                self.scheduler.expect_stop(seq, length)
+        if choices > 1:
+            for seq, length in zip(request.sequences, lengths, strict=True):
+                if length < longest:
+                    scheduler.expect_stop(seq, length)
         state.replica = self.index
-        state.choices_left = req.choices
+        state.choices_left = choices
         self._states[key] = state
         self._queued.append((state, request))
         self.outstanding += 1
-        self.metrics.requests_waiting = self.scheduler.num_waiting
+        self.metrics.requests_waiting = scheduler.num_waiting
 
     def has_work(self) -> bool:
         return self.scheduler.has_work
@@ -91,19 +93,21 @@ class ScheduledReplica:
         """Begin one engine step at ``now``; returns when it ends. Call only when ``has_work()``."""
         self.busy = True
         self._t0 = now
-        schedule = self._schedule = self.scheduler.schedule()
+        scheduler = self.scheduler
+        schedule = self._schedule = scheduler.schedule()
         t = now
         rows = schedule.decode_count
         if rows:
-            context = self.scheduler.longest_decode() if self._pad_to_longest else schedule.decode_context / rows
+            context = scheduler.longest_decode() if self._pad_to_longest else schedule.decode_context / rows
             t += self._curve(rows)(context)
-        p = self.profile
-        for chunk in schedule.prefill:
-            t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
+        if schedule.prefill:
+            p = self.profile
+            for chunk in schedule.prefill:
+                t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
         queued = self._queued
         while queued and queued[0][1].status is not RequestStatus.WAITING:
             queued.popleft()[0].admitted = now
-        self.metrics.requests_waiting = self.scheduler.num_waiting
+        self.metrics.requests_waiting = scheduler.num_waiting
         return t
 
     def finish(self, now: float) -> None:
@@ -122,7 +126,7 @@ class ScheduledReplica:
                 decoded += len(chunk.samples)
         m.generation_tokens += decoded
         for seq in ended:
-            self._finish_choice(states[seq.request_id], seq.generated, now)
+            self._finish_choice(seq.request_id, seq.generated, now)
         self.busy = False
         self._record()
 
@@ -185,9 +189,8 @@ class ScheduledReplica:
     def _record(self) -> None:
         """The pod's gauges, as the engine's stats give them (``EngineStats``), read off the scheduler."""
         m, scheduler = self.metrics, self.scheduler
-        m.requests_running = scheduler.num_running
-        m.requests_waiting = scheduler.num_waiting
-        m.kv_cache_usage = scheduler.kv_pages_used / self._total_pages
+        m.requests_running, m.requests_waiting, used = scheduler.gauges()
+        m.kv_cache_usage = used / self._total_pages
 
     def _curve(self, batch: int) -> DecodeCurve:
         curve = self._curves.get(batch)
@@ -202,7 +205,8 @@ class ScheduledReplica:
         for _ in range(req.choices):
             self.metrics.time_to_first_token.observe(t - req.arrival)
 
-    def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
+    def _finish_choice(self, key: str, tokens: int, t: float) -> None:
+        state = self._states[key]
         req = state.request
         latency = t - req.arrival
         tpot = latency / tokens
@@ -211,7 +215,7 @@ class ScheduledReplica:
         state.choices_left -= 1
         if state.choices_left > 0:
             return
-        del self._states[str(req.id)]
+        del self._states[key]
         state.finish = t
         self.metrics.request_latency.observe(latency)
         self.metrics.requests_finished += 1

@@ -120,7 +120,10 @@ class Scheduler:
         # page_size (`_residue`): the decoding choices by that residue, each list in admission order,
         # are a step's takers in the order stepping gives them pages.
         self._page_phase: list[list[_Taker]] = [[] for _ in range(pages.page_size)]
-        self._end_due: list[_Due] = []  # the step whose token ends each decoding choice
+        # The step whose token ends each decoding choice. An entry is left behind when its choice is
+        # preempted: it is its choice's while the choice decodes under the admission it names (a
+        # preempted request is admitted again under a new count).
+        self._end_due: list[_Due] = []
         self._joining: list[Request] = []  # moved to RUNNING this step: they decode from the next
 
     @property
@@ -142,6 +145,10 @@ class Scheduler:
     @property
     def kv_pages_used(self) -> int:
         return self._pages.used_pages
+
+    def gauges(self) -> tuple[int, int, int]:
+        """`num_running`, `num_waiting` and `kv_pages_used` at once: the simulator reads them each step."""
+        return len(self._admitted), len(self._waiting), self._pages.used_pages
 
     def add_request(self, request: Request) -> None:
         if request.request_id in self.requests:
@@ -247,10 +254,11 @@ class Scheduler:
         ended: list[Sequence] = []
         done = []
         end_due = self._end_due
+        decoding = self._decoding
         while end_due and end_due[0][0] <= step:
-            entry = heapq.heappop(end_due)
-            request, seq = self._current(entry), entry[3]
-            if request is None:
+            _, admitted_as, _, seq = heapq.heappop(end_due)
+            request = decoding.get(seq)
+            if request is None or request.admitted_as != admitted_as:
                 continue
             self._materialize(seq)
             if self._ends_choice(request, seq):
@@ -264,7 +272,8 @@ class Scheduler:
                 if self._ends_choice(chunk.request, seq):
                     done.append(chunk.request)
                 ended.append(seq)
-        self._remove(done)
+        if done:
+            self._remove(done)
         if self._joining:
             for request in self._joining:
                 if request.status is RequestStatus.RUNNING:
@@ -295,12 +304,6 @@ class Scheduler:
         stop, most = seq.stop_at, seq.params.max_tokens
         last = stop if stop and stop < most else most
         heapq.heappush(self._end_due, (step + last - 1 - seq.generated, *key))
-
-    def _current(self, entry: _Due) -> Request | None:
-        """The request of an end entry's choice while the entry is still its own, else None: the choice
-        ended or was preempted since (a preempted request is admitted again under a new count)."""
-        request = self._decoding.get(entry[3])
-        return request if request is not None and request.admitted_as == entry[1] else None
 
     def _residue(self, seq: Sequence) -> int:
         """The steps, modulo page_size, in which decoding `seq` takes a page: its length at step t is
@@ -388,10 +391,13 @@ class Scheduler:
             return 0
         step, decoding = self._step, self._decoding
         end_due = self._end_due
-        while end_due and self._current(end_due[0]) is None:
+        while end_due:
+            when, admitted_as, _, seq = end_due[0]
+            request = decoding.get(seq)
+            if request is not None and request.admitted_as == admitted_as:
+                steps = min(steps, when - step)
+                break
             heapq.heappop(end_due)
-        if end_due:
-            steps = min(steps, end_due[0][0] - step)
         free, size = self._pages.free_pages, self._pages.page_size
         # Each choice takes at most one page in `size` steps: most runs need no look at which.
         if steps < 2 or len(decoding) * -(-(steps - 1) // size) <= free:
@@ -513,7 +519,13 @@ class Scheduler:
             # admitted (every admitted request has a running choice) it goes in alone.
             if running_seqs and running_seqs + len(choices) > most:
                 return
-            reserve = [pool.pages_for(self._reservation(request, s)) for s in choices]
+            # Each choice's prompt, what it generated and what it is predicted to generate yet (at least
+            # a token), within the context; in pages.
+            predicted, size, longest = request.predicted_tokens, pool.page_size, pool.max_len
+            reserve = [
+                -(-min(s.prompt_tokens + s.generated + max(predicted - s.generated, 1), longest) // size)
+                for s in choices
+            ]
             need = sum(reserve)
             if running_seqs and need > pool.free_pages - self._outstanding:
                 return
@@ -541,24 +553,21 @@ class Scheduler:
             ]
         )
 
-    def _reservation(self, request: Request, seq: Sequence) -> int:
-        remaining = max(request.predicted_tokens - seq.generated, 1)
-        return min(seq.prompt_tokens + seq.generated + remaining, self._pages.max_len)
-
     def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens
         # The prefilling requests, in admission order: found from the end, where they mostly are
         # (admitted last), so a step with a full batch walks a few, not all.
-        prefilling, left = [], self._num_prefilling
+        prefilling, left, status = [], self._num_prefilling, RequestStatus.PREFILLING
         for request in reversed(self._admitted):
-            if request.status is RequestStatus.PREFILLING:
+            if request.status is status:
                 prefilling.append(request)
                 left -= 1
                 if not left:
                     break
         prefilling.reverse()
+        pool = self._pages
         for request in prefilling:
-            if request.status is not RequestStatus.PREFILLING:
+            if request.status is not status:
                 # Preempted while an earlier one made room (the table test builds this state; the
                 # engine's own runs leave no later request holding pages while an earlier one still
                 # prefills): planning it would run a chunk for a request that is back in the queue.
@@ -567,19 +576,21 @@ class Scheduler:
             if not targets:  # nothing to recompute: it decodes from the next step
                 self._start_running(request)
                 continue
+            last = len(targets) - 1
             for index, (seq, target) in enumerate(targets):
                 if budget == 0:
                     return
-                end = min(target, seq.cached + budget)
-                if not self._take_pages(seq, self._pages.pages_for(end), schedule, request):
+                start = seq.cached
+                end = min(target, start + budget)
+                if not self._take_pages(seq, pool.pages_for(end), schedule, request):
                     return
                 samples: tuple[Sequence, ...] = ()
-                if index == len(targets) - 1 and end == target and request.fresh:
-                    if not self._give_siblings_pages(request, schedule):
+                if end == target and index == last and request.fresh:
+                    if len(request.sequences) > 1 and not self._give_siblings_pages(request, schedule):
                         return
                     samples = tuple(request.sequences)
-                schedule.prefill.append(PrefillChunk(request, seq, seq.cached, end, samples))
-                budget -= end - seq.cached
+                schedule.prefill.append(PrefillChunk(request, seq, start, end, samples))
+                budget -= end - start
 
     def _give_siblings_pages(self, request: Request, schedule: Schedule) -> bool:
         """Pages for the other choices, which get a copy of the first choice's prompt."""

@@ -74,6 +74,7 @@ def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, 
                 if ids and reason is not None
             ]
         assert scheduler._outstanding == scheduler._outstanding_pages(), "the count admission reads"
+        assert scheduler.gauges() == (scheduler.num_running, scheduler.num_waiting, scheduler.kv_pages_used)
         stats = scheduler.make_stats()
         entry = (ended, held(scheduler, owned), stats.kv_pages_used, stats.preemptions, stats.running_requests)
         timeline.append((steps, planned, *entry))

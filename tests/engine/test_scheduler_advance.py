@@ -2,7 +2,8 @@
 counted, not kept) moves exactly as the engine's eager one stepped through `update_from_output`: the
 same batches step after step, the same ends, pages (page for page), admissions and preemptions, where
 choices stop early and the pool holds only some requests at once; and its run-ahead
-(`run_decode_steps`) leaves it as stepping does."""
+(`run_decode_steps`) leaves it as stepping does. The lazy one is given its requests as the simulator
+builds them: prompt lengths without token ids (`Request.counted`)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, 
     """The timeline; `ahead`: a lazy run takes up to that many decode-only steps at once, and the
     timeline shows each step's state as stepping would (the steps run at once in one entry)."""
     owned = {r.request_id: r for r in requests()}
+    if lazy:
+        owned = {k: Request.counted(k, r.prompt_tokens, r.params, r.arrival) for k, r in owned.items()}
     for request in owned.values():
         scheduler.add_request(request)
         if lazy:
@@ -104,6 +107,12 @@ def test_steps_run_at_once_end_where_stepping_does(pages: int) -> None:
         i += steps
         assert stepped[i - 1][2:] == (ended, state, used, preempted, running)
     assert i == len(stepped)
+
+
+def test_the_eager_scheduler_refuses_a_request_without_its_prompts_tokens() -> None:
+    counted = Request.counted("r0", 10, requests()[0].params, 0.0)
+    with pytest.raises(ValueError, match="Request.counted"):
+        build(64, False).add_request(counted)
 
 
 def test_a_lazy_scheduler_refuses_the_eager_update_and_the_eager_one_the_lazy() -> None:

@@ -10,8 +10,9 @@ recomputation after it. This module only times what a ``Schedule`` holds and pla
 - every choice that samples in a step gets a token when the step ends; a choice shorter than its
   request's longest is told to stop at its length (its EOS), so each choice ends where the trace says.
 
-The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus O(log n) per
-event (a page taken, a choice ended, a request admitted), not O(batch).
+The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus its events (a
+page taken, a choice ended, a request admitted), not O(batch). Its requests hold prompt lengths, not
+token ids (``Request.counted``).
 
 It has ``nlgsim.replica.Replica``'s interface (``submit``, ``start``, ``finish``, ``decode_ahead``,
 the pod's ``metrics``) and records the same series, so the simulator can run either; its

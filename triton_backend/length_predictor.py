@@ -26,23 +26,22 @@ class PredictorConfig:
     quantile: float = 0.9
 
 
-def _bucket(value: int) -> int:
+def _search_bucket(value: int) -> int:
     return BUCKETS[min(bisect.bisect_left(BUCKETS, value), len(BUCKETS) - 1)]
 
 
-# `_bucket` of 0..BUCKETS[-1], looked up: two buckets a request arrives and each choice ends.
-_BUCKET_OF = [_bucket(value) for value in range(BUCKETS[-1] + 1)]
+_BUCKET_OF = [_search_bucket(value) for value in range(BUCKETS[-1] + 1)]
+
+
+def _bucket(value: int) -> int:
+    """The smallest bucket edge at or above `value` (the largest edge beyond them): looked up, as it is
+    asked three times a request."""
+    return _BUCKET_OF[value] if value < BUCKETS[-1] else BUCKETS[-1]
 
 
 def group_of(params: SamplingParams, prompt_tokens: int) -> tuple[int, int, int, bool]:
     can_end_early = bool(params.stop) or not params.ignore_eos
-    top = BUCKETS[-1]
-    return (
-        _BUCKET_OF[params.max_tokens] if params.max_tokens < top else top,
-        _BUCKET_OF[prompt_tokens] if prompt_tokens < top else top,
-        params.n,
-        can_end_early,
-    )
+    return (_bucket(params.max_tokens), _bucket(prompt_tokens), params.n, can_end_early)
 
 
 class LengthPredictor:

@@ -20,9 +20,10 @@ batching, pages and preemption, with the lengths counted instead of kept. The de
 not listed each step (the schedule counts them); each holds its count at the step it began decoding.
 A choice takes a page every page_size steps, so the decoding choices are kept by the residue of those
 steps (a step's takers are one list, in admission order), and a heap keyed by step says when one ends
-(at max_tokens, or where the caller said it stops: `expect_stop`). A step then costs O(1) plus a little
-for each page taken, choice ended or request admitted, where listing every row made it cost O(batch);
-the engine keeps the eager path, whose rows it needs.
+(at max_tokens, or where the caller said it stops: `expect_stop`). A step then costs O(1) plus its
+events (pages taken, choices ended: O(log n) each, requests admitted), where listing every row made it
+cost O(batch); the engine keeps the eager path, whose rows it needs. Its requests may hold prompt
+lengths without token ids (`Request.counted`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """S3's length predictor: the lengths it keeps in order as they come and go predict what a sort of its
-recent history would."""
+recent history would; its buckets, looked up, are the ones a search finds."""
 
 from __future__ import annotations
 
 import random
 
-from triton_backend.length_predictor import BUCKETS, LengthPredictor, PredictorConfig
+from triton_backend.length_predictor import BUCKETS, LengthPredictor, PredictorConfig, _bucket, _search_bucket
 from triton_backend.sampling_params import SamplingParams
 
 
@@ -29,3 +29,7 @@ def test_predictions_follow_the_recent_history_past_its_length():
         assert predictor.predict(params, 40) == want
         history.append(rng.choice([1, 5, 5, 30, 200, 600]))
         predictor.observe(params, 40, history[-1], want)
+
+
+def test_the_looked_up_bucket_is_the_searched_one() -> None:
+    assert [_bucket(v) for v in range(2 * BUCKETS[-1])] == [_search_bucket(v) for v in range(2 * BUCKETS[-1])]

@@ -289,7 +289,10 @@ class Scheduler:
         stop = seq.stop_at
         seq.finish_reason = FinishReason.STOP if stop and seq.generated >= stop else FinishReason.LENGTH
         self._end_choice(request, seq)
-        return all(s.finish_reason is not None for s in request.sequences)
+        for s in request.sequences:  # a loop: cheaper than all() over a generator, once a choice
+            if s.finish_reason is None:
+                return False
+        return True
 
     def _join(self, request: Request, seq: Sequence) -> None:
         """Lazy path: `seq` decodes from this step on; when it needs its next page, and when it ends."""

@@ -8,17 +8,20 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
 2. measures the mix from the pods' counters (:func:`observe_mix`): prompt tokens per finished
    request, generated tokens per finished choice, choices per request; until a window has finished
    requests it keeps the last measurement, and before the first one the configured lengths;
-3. forecasts demand ``lead_s`` ahead (one pod start-up) from the least-squares trend of the last
-   ``trend_window_s`` of demand, never below demand now; a window's demand is its average, the demand
-   of half a window ago, so the forecast reaches half a window further; and until the demand seen
-   spans half the trend window (after a start or a restart) there is no trend, its slope being noise;
-4. takes the burst level (:func:`burst_level`): the ``burst_quantile`` of the peak demand of each
-   start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up; it
-   plans for the larger of forecast and burst level;
-5. sizes for it (the larger count says which term set it): what one replica carries within the
-   planned per-token latency according to the profile (:func:`autoscaler.capacity.choices_per_second`)
-   times ``headroom``; and the TTFT of the replicas as an M/M/c queue of prefills (:func:`queue_replicas`);
-6. scales in only when no burst that needed the last replica is due within a start-up
+3. converts demand into work, in replicas' worth: demand over what one replica carries within the
+   planned per-token latency for that mix (:func:`autoscaler.capacity.choices_per_second`), so that a
+   rate that rises as outputs shorten is not read as more load;
+4. forecasts work ``lead_s`` ahead (one pod start-up) from the trend of the last ``trend_window_s``,
+   never below work now: a window's work is its average, that of half a window ago, so the forecast
+   reaches half a window further; the slope counts only the rise its scatter does not explain
+   (:func:`significant_slope`), and until the work seen spans half the trend window (after a start or a
+   restart) there is no trend, its slope being noise;
+5. takes the burst level (:func:`burst_level`): the ``burst_quantile`` of the peak work of each
+   start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up;
+6. sizes for both (the larger count says which term set it): the forecast's replicas each at
+   ``headroom`` of what it carries, the burst level's at all of it (already a high quantile, it needs no
+   margin on top); and the TTFT of the replicas as an M/M/c queue of prefills (:func:`queue_replicas`);
+   it scales in only when no burst that needed the last replica is due within a start-up
    (:func:`scale_in_hold`, from the gaps between the bursts seen);
 7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
    quantile is over what the SLO allows while every pod is ready, one replica more, but only when
@@ -49,6 +52,10 @@ from autoscaler.slo import SLO
 #: ``burst_lookback: 0``: the burst level looks back this many start-ups, long enough to hold several
 #: gaps between bursts and short enough to let a quieter hour scale in.
 BURST_LOOKBACK_STARTUPS = 10
+
+#: Standard errors a trend's slope must exceed to count (about 95% one-sided for the few independent
+#: windows a trend window holds): the lead multiplies the slope, so a trend of noise would size the fleet.
+TREND_Z = 2.0
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,28 @@ def trend(points: tuple[tuple[float, float], ...]) -> float:
     return 0.0 if var == 0 else sum((t - mt) * (v - mv) for t, v in points) / var
 
 
+def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> float:
+    """The least-squares slope less ``TREND_Z`` standard errors, or 0 when that is not positive: the
+    rise that the points' own scatter does not explain.
+
+    The points are window averages taken every round, so windows ``span`` long overlap and a minute of
+    them holds about two independent measurements, not twelve: the error counts one point per ``span``
+    of the time the points cover (at least one degree of freedom). A noisy flat load then has no trend,
+    while a steady ramp, whose points lie on a line, keeps its whole slope.
+    """
+    slope = trend(points)
+    if slope <= 0:
+        return 0.0
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mv = sum(v for _, v in points) / n
+    spread_t = sum((t - mt) ** 2 for t, _ in points) / n
+    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points) / n
+    independent = (points[-1][0] - points[0][0]) / span + 1.0
+    error = math.sqrt(residual / (spread_t * max(independent - 2.0, 1.0)))
+    return max(slope - TREND_Z * error, 0.0)
+
+
 def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mix:
     """The window's mix when requests finished in it (the pods' counters), else the last one known.
 
@@ -222,19 +251,19 @@ def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int
 
 
 def scale_in_hold(
-    history: tuple[tuple[float, float], ...], now: float, cfg: PlannerConfig, current: int, carried: float
+    history: tuple[tuple[float, float], ...], now: float, cfg: PlannerConfig, current: int
 ) -> str:  # fmt: skip
     """Why ``current`` replicas must stay ("" when one may go): a burst that ``current - 1`` replicas
-    would not carry (each at ``current / (current - 1)`` of its load) is expected within a start-up.
+    would not carry even running full is expected within a start-up.
 
-    The demand history's excursions over what ``current - 1`` replicas carry are the bursts that
-    needed the last replica; the gaps between their starts say when the next is due. The replica
+    ``history`` is the work seen, in replicas' worth. Its excursions over ``current - 1`` are the
+    bursts that needed the last replica; the gaps between their starts say when the next is due. The replica
     stays until the ``burst_quantile`` of those gaps (one start-up with a single burst seen) has
     passed since the last one: a pod removed sooner is likely wanted back before a new one is ready.
     """
     if current <= 1:
         return ""
-    level = (current - 1) * carried
+    level = float(current - 1)
     starts: list[float] = []
     last = None
     over_before = False
@@ -253,7 +282,7 @@ def scale_in_hold(
     if now - last >= hold:
         return ""
     return (
-        f"{current - 1} replicas carry {level:.3g}/s, {now - last:.0f} s after demand over it; "
+        f"{now - last:.0f} s after work over {current - 1} replicas' worth; "
         f"next burst due within {hold:.0f} s ({len(starts)} bursts seen)"
     )
 
@@ -329,33 +358,40 @@ def planner_decide(
     started = window.latency("ttft").count / window.span
     waiting = window.gauges.get("waiting", 0.0)
     demand = started + waiting * mix.choices / cfg.drain_s
-    kept = max(cfg.trend_window_s, cfg.lookback_s)
-    history = tuple((t, d) for t, d in state.demand if t > now - kept) + ((now, demand),)
-    recent = tuple((t, d) for t, d in history if t > now - cfg.trend_window_s)
-    # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
-    # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
-    # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
-    slope = trend(recent) if recent[-1][0] - recent[0][0] >= cfg.trend_window_s / 2 else 0.0
-    forecast = max(demand, demand + slope * (cfg.lead_s + window.span / 2))
-    burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)
-    planned = max(forecast, burst)
     per_replica = choices_per_second(
         cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )
-    carried = per_replica * cfg.headroom
-    throughput = math.ceil(planned / carried) if planned > 0 else 0
+    # In replicas' worth of work: a rate that rises as the outputs shorten is not more load.
+    work = demand / per_replica
+    kept = max(cfg.trend_window_s, cfg.lookback_s)
+    history = tuple((t, w) for t, w in state.demand if t > now - kept) + ((now, work),)
+    recent = tuple((t, w) for t, w in history if t > now - cfg.trend_window_s)
+    # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
+    # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
+    # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
+    spanned = recent[-1][0] - recent[0][0] >= cfg.trend_window_s / 2
+    slope = significant_slope(recent, window.span) if spanned else 0.0
+    forecast = max(work, work + slope * (cfg.lead_s + window.span / 2))
+    burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)
+    # The headroom keeps the forecast's replicas below full; the burst level is already a high quantile
+    # of the peaks, so its replicas may run full (at the planned per-token latency) while it lasts.
+    by_forecast = math.ceil(forecast / cfg.headroom) if forecast > 0 else 0
+    by_burst = math.ceil(burst) if burst > 0 else 0
+    throughput = max(by_forecast, by_burst)
+    planned = max(forecast, burst) * per_replica
     queued = queue_replicas(cfg, planned / mix.choices, mix, spec.max_deployment_count)
     want, term = (queued, "TTFT queue") if queued > throughput else (throughput, "throughput")
-    source = "burst" if burst > forecast else "forecast"
+    source = "burst" if by_burst > by_forecast else "forecast"
     why = (
-        f"demand {demand:.3g}/s, planned {planned:.3g}/s ({source}), {per_replica:.3g}/s per replica; {want} by {term}"
+        f"demand {demand:.3g}/s, {work:.3g} replicas' worth at {per_replica:.3g}/s each, planned "
+        f"{max(forecast, burst):.3g} ({source}); {want} by {term}"
     )
     add, tail = tail_guard(window, cfg, demand, per_replica)
     if tail and want <= current and serving_replicas(window) >= current:
         want = current + 1 if add else want
         why += f"; {tail}"
     if want < current:
-        hold = scale_in_hold(history, now, cfg, current, carried)
+        hold = scale_in_hold(history, now, cfg, current)
         if hold:
             want = current
             why += f"; held: {hold}"

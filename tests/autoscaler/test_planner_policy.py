@@ -29,6 +29,8 @@ from autoscaler.planner import (
     planner_decide,
     queue_replicas,
     scale_in_hold,
+    significant_slope,
+    trend,
 )
 from autoscaler.policy import build_policy
 from autoscaler.profile import load_profile
@@ -446,14 +448,43 @@ def test_bursts_shorter_than_a_start_up_are_planned_for_between_them(profile_pat
 def test_scale_in_waits_for_the_gap_between_bursts_learned_from_them(profile_path):
     spec = spec_for(profile_path)
     cfg = planner_config(spec.planner, load_profile(profile_path))
-    bursts = tuple((float(t), 30.0 if t % 100 < 10 else 1.0) for t in range(0, 400, 5))
-    hold = scale_in_hold(bursts, 400, cfg, 4, 30 / 3.5)
+    # Work in replicas' worth: 3.5 for ten seconds of every hundred, a tenth of one otherwise.
+    bursts = tuple((float(t), 3.5 if t % 100 < 10 else 0.1) for t in range(0, 400, 5))
+    hold = scale_in_hold(bursts, 400, cfg, 4)
     assert "next burst due within 100 s (4 bursts seen)" in hold
-    assert scale_in_hold(bursts, 400 + 100, cfg, 4, 30 / 3.5) == ""  # a whole gap without one
-    assert scale_in_hold(bursts, 400, cfg, 4, 30 / 3) == ""  # three replicas carry the bursts
-    one = ((0.0, 30.0), (5.0, 1.0))
-    assert f"due within {cfg.lead_s:.0f} s (1 bursts seen)" in scale_in_hold(one, cfg.lead_s / 2, cfg, 4, 1.0)
-    assert scale_in_hold(one, 30, cfg, 1, 1.0) == ""
+    assert scale_in_hold(bursts, 400 + 100, cfg, 4) == ""  # a whole gap without one
+    assert scale_in_hold(bursts, 400, cfg, 5) == ""  # four replicas carry the bursts
+    one = ((0.0, 3.5), (5.0, 0.1))
+    assert f"due within {cfg.lead_s:.0f} s (1 bursts seen)" in scale_in_hold(one, cfg.lead_s / 2, cfg, 4)
+    assert scale_in_hold(one, 30, cfg, 1) == ""
+
+
+def test_a_trend_counts_only_the_rise_its_scatter_does_not_explain():
+    ramp = tuple((float(t), 0.05 * t) for t in range(0, 65, 5))
+    assert significant_slope(ramp, span=30) == pytest.approx(0.05)  # on a line: all of it
+    # A flat load of 4.5 replicas' worth measured with +-10% uniform noise (one draw), rounds 5 s apart
+    # over 30 s windows: its least-squares slope times one start-up is most of a replica; counting the
+    # windows' overlap, the slope is within its error.
+    drawn = (4.21, 4.08, 4.19, 4.45, 4.34, 4.45, 4.5, 4.69, 4.57, 4.92, 4.9, 4.86, 4.52)
+    noisy = tuple((5.0 * i, v) for i, v in enumerate(drawn))
+    assert trend(noisy) * 80 > 0.9
+    assert significant_slope(noisy, span=30) == 0.0
+    assert significant_slope(tuple((t, -v) for t, v in ramp), span=30) == 0.0  # falling: no rise
+
+
+def test_a_rate_that_falls_as_outputs_lengthen_is_not_less_load_nor_more(profile_path):
+    """Eight requests a second of 200 tokens, then four of 400: about the same work. The burst level
+    remembers the first phase as work, not as a rate that the second phase's longer outputs would turn
+    into twice the replicas."""
+    spec = spec_for(profile_path, burst_lookback=600)
+    p = Planner(spec, 1)
+    for t in range(30, 300, 5):
+        p.at(t, window(8, output=200, span=30, pods=p.state.replicas))
+    short = p.state.replicas
+    for t in range(300, 420, 5):
+        p.at(t, window(4, output=400, span=30, pods=p.state.replicas))
+    assert short <= p.state.replicas <= short + 1
+    assert p.values["demand"] == pytest.approx(4)
 
 
 def test_the_burst_settings_are_validated_every_error_at_once():

@@ -53,7 +53,7 @@ class ScheduledReplica:
         self._schedule: Schedule | None = None
         # Submitted and still waiting, in submission order: the order the scheduler admits them in
         # (the replays set no deadline, so its earliest-deadline order is first come, first served).
-        self._queued: deque[tuple[RequestState, Request]] = deque()
+        self._queued: deque[Request] = deque()
         self._t0 = 0.0
         self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
@@ -83,7 +83,7 @@ class ScheduledReplica:
         state.replica = self.index
         state.choices_left = choices
         self._states[key] = state
-        self._queued.append((state, request))
+        self._queued.append(request)
         self.outstanding += 1
         self.metrics.requests_waiting = scheduler.num_waiting
 
@@ -106,8 +106,8 @@ class ScheduledReplica:
             for chunk in schedule.prefill:
                 t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
         queued = self._queued
-        while queued and queued[0][1].status is not RequestStatus.WAITING:
-            queued.popleft()[0].admitted = now
+        while queued and queued[0].status is not RequestStatus.WAITING:
+            self._states[queued.popleft().request_id].admitted = now
         self.metrics.requests_waiting = scheduler.num_waiting
         return t
 

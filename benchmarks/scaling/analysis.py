@@ -186,6 +186,16 @@ def _thesis_values(key: str, result: ProtocolResult) -> dict[str, str]:
     return out
 
 
+def versus_planner(best: PolicyFigures | None) -> str:
+    """What the cheapest policy at the target is, said against the planner's figures before it."""
+    if best is None:
+        return "no policy reaches the target"
+    if best.name == "planner":
+        return "no policy that reaches the target costs less"
+    kind = "a constant" if best.name.startswith("fixed:") else "the cheapest at the target,"
+    return f"{kind} `{best.name}`, costs {_spread(best.x_oracle, unit='x')} the oracle"
+
+
 def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
     out: dict[str, str] = {"oracle_line": oracle_line(result)}
     target = float(result.command["slo"]["target"])
@@ -199,6 +209,7 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
     out["best"] = "none" if best is None else f"`{best.name}`"
     out["best.x_oracle"] = "-" if best is None else _spread(best.x_oracle, unit="x")
     out["best.feasible"] = "-" if best is None else _spread(best.feasible, ".2f", 100, "%")
+    out["best.versus_planner"] = versus_planner(best)
     planner = figures(result, "planner")
     ok = planner.feasible.mean >= target - 1e-12 and planner.x_oracle.mean <= TARGET_X_ORACLE
     out["planner.verdict"] = verdict(ok)

@@ -237,3 +237,14 @@ def test_only_re_runs_with_the_worker_count_the_kept_experiments_ran_with(tmp_pa
     with pytest.raises(SystemExit, match="ran with 2; re-run with --workers 2"):
         runner.run(["trace-conv-h100-x10"], 1, out)
     assert json.loads(out.read_text())["workers"] == 2  # nothing written
+
+
+def test_the_cheapest_at_the_target_is_named_as_what_it_is_beside_the_planner():
+    def policy(name: str, x: float) -> analysis.PolicyFigures:
+        s = Spread(x, x, x)
+        return analysis.PolicyFigures(name, s, s, s, s, s, s, 4, 4, 0.0)
+
+    assert analysis.versus_planner(None) == "no policy reaches the target"
+    assert analysis.versus_planner(policy("planner", 1.2)) == "no policy that reaches the target costs less"
+    assert analysis.versus_planner(policy("fixed:3", 1.35)).startswith("a constant `fixed:3`, costs 1.35x")
+    assert analysis.versus_planner(policy("planner:0.9", 1.24)).startswith("the cheapest at the target, `planner:0.9`")

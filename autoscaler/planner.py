@@ -124,7 +124,8 @@ class Mix:
 @dataclass(frozen=True)
 class PlannerState:
     replicas: int
-    demand: tuple[tuple[float, float], ...] = ()
+    work: tuple[tuple[float, float], ...] = ()
+    """The work seen each round, in replicas' worth: the trend's, the burst level's and scale-in's history."""
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
@@ -133,15 +134,20 @@ class PlannerState:
         return replace(self, replicas=replicas)
 
 
-def trend(points: tuple[tuple[float, float], ...]) -> float:
-    """Least-squares slope of ``(t, value)`` points; 0 with fewer than 3 points."""
-    if len(points) < 3:
-        return 0.0
+def _fit(points: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float]:
+    """Least squares of ``(t, value)`` points: the slope (0 where every t is the same), the means of t
+    and of the values, and the sum of squared deviations of t."""
     n = len(points)
     mt = sum(t for t, _ in points) / n
     mv = sum(v for _, v in points) / n
     var = sum((t - mt) ** 2 for t, _ in points)
-    return 0.0 if var == 0 else sum((t - mt) * (v - mv) for t, v in points) / var
+    slope = 0.0 if var == 0 else sum((t - mt) * (v - mv) for t, v in points) / var
+    return slope, mt, mv, var
+
+
+def trend(points: tuple[tuple[float, float], ...]) -> float:
+    """Least-squares slope of ``(t, value)`` points; 0 with fewer than 3 points."""
+    return _fit(points)[0] if len(points) >= 3 else 0.0
 
 
 def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> float:
@@ -153,16 +159,14 @@ def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> f
     of the time the points cover (at least one degree of freedom). A noisy flat load then has no trend,
     while a steady ramp, whose points lie on a line, keeps its whole slope.
     """
-    slope = trend(points)
+    if len(points) < 3:
+        return 0.0
+    slope, mt, mv, var = _fit(points)
     if slope <= 0:
         return 0.0
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    spread_t = sum((t - mt) ** 2 for t, _ in points) / n
-    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points) / n
+    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
     independent = (points[-1][0] - points[0][0]) / span + 1.0
-    error = math.sqrt(residual / (spread_t * max(independent - 2.0, 1.0)))
+    error = math.sqrt(residual / (var * max(independent - 2.0, 1.0)))
     return max(slope - TREND_Z * error, 0.0)
 
 
@@ -364,9 +368,9 @@ def planner_decide(
     # In replicas' worth of work: a rate that rises as the outputs shorten is not more load.
     work = demand / per_replica
     kept = max(cfg.trend_window_s, cfg.lookback_s)
-    history = tuple((t, w) for t, w in state.demand if t > now - kept) + ((now, work),)
+    history = tuple((t, w) for t, w in state.work if t > now - kept) + ((now, work),)
     recent = tuple((t, w) for t, w in history if t > now - cfg.trend_window_s)
-    # The window's demand is its average, which stands for its middle, span / 2 ago: the forecast
+    # The window's work is its average, which stands for its middle, span / 2 ago: the forecast
     # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
     # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
     spanned = recent[-1][0] - recent[0][0] >= cfg.trend_window_s / 2

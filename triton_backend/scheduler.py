@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from triton_backend.engine_stats import EngineStats
-from triton_backend.kv_pages import PagePool
+from triton_backend.kv_pages import PagePool, pages_for
 from triton_backend.length_predictor import LengthPredictor
 from triton_backend.outputs import FinishReason, RequestUpdate
 from triton_backend.scheduler_interface import SampledTokens
@@ -527,7 +527,7 @@ class Scheduler:
             # a token), within the context; in pages.
             predicted, size, longest = request.predicted_tokens, pool.page_size, pool.max_len
             reserve = [
-                -(-min(s.prompt_tokens + s.generated + max(predicted - s.generated, 1), longest) // size)
+                pages_for(min(s.prompt_tokens + s.generated + max(predicted - s.generated, 1), longest), size)
                 for s in choices
             ]
             need = sum(reserve)

@@ -357,7 +357,8 @@ def render(results: dict[str, Any]) -> str:
         lines += ["", f"Through tritonserver: {results['triton_status']}"]
     if "tuning" in results:
         lines += ["", *tuning_tables(results["tuning"], roof)]
-    lines += ["", "## Against the goals (computed from the tables above)", "", *verdicts(results, roof)]
+    if steps and runs:
+        lines += ["", "## Against the goals (computed from the tables above)", "", *verdicts(results, roof)]
     if "tuning" in results and steps:
         lines += ["", *batch_one_budget(results, roof)]
     return "\n".join(lines) + "\n"

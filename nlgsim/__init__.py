@@ -12,13 +12,36 @@ experiments, one command each, their numbers and their tables),
 and :mod:`nlgsim.cli`.
 """
 
-from nlgsim.policy import Policy, hpa_policy
-from nlgsim.profile import EngineProfile, load_profile
-from nlgsim.results import SLO, Summary, summarize
-from nlgsim.simulator import RunLog, Scenario, simulate
-from nlgsim.workload import COMPLEX, SIMPLE, LengthMap, Request, load_trace, thesis_requests
+from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from nlgsim.policy import Policy, hpa_policy
+    from nlgsim.profile import EngineProfile, load_profile
+    from nlgsim.results import SLO, Summary, summarize
+    from nlgsim.simulator import RunLog, Scenario, simulate
+    from nlgsim.workload import COMPLEX, SIMPLE, LengthMap, Request, load_trace, thesis_requests
+
+# Resolved on first use, so that a submodule that needs little (nlgsim.replay, the load generator a GPU
+# machine runs with only the client's packages) does not import the simulator and the autoscaler with it.
+_HOMES = {
+    "Policy": "nlgsim.policy", "hpa_policy": "nlgsim.policy",
+    "EngineProfile": "nlgsim.profile", "load_profile": "nlgsim.profile",
+    "SLO": "nlgsim.results", "Summary": "nlgsim.results", "summarize": "nlgsim.results",
+    "RunLog": "nlgsim.simulator", "Scenario": "nlgsim.simulator", "simulate": "nlgsim.simulator",
+    "COMPLEX": "nlgsim.workload", "SIMPLE": "nlgsim.workload", "LengthMap": "nlgsim.workload",
+    "Request": "nlgsim.workload", "load_trace": "nlgsim.workload", "thesis_requests": "nlgsim.workload",
+}  # fmt: skip
 __all__ = [
     "COMPLEX", "SIMPLE", "SLO", "EngineProfile", "LengthMap", "Policy", "Request", "RunLog", "Scenario",
     "Summary", "hpa_policy", "load_profile", "load_trace", "simulate", "summarize", "thesis_requests",
 ]  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'nlgsim' has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from triton_backend.gpu_configs import CUBLAS_ONLY, DEFAULT_ATTENTION, DEFAULT_LINEAR, TABLE, KernelChoices, choices_for
 from triton_backend.gpu_kernels import LinearConfig
 from triton_backend.model_shapes import PRESETS
@@ -64,8 +66,9 @@ def test_an_unmeasured_gpu_gets_the_defaults():
     assert CUBLAS_ONLY.linear_for(1, 50257, 1600) is None
 
 
-def test_the_committed_choices_are_what_the_committed_tuning_measured():
-    tuning = json.loads((RESULTS / "tune_gpu_kernels.json").read_text())
+@pytest.mark.parametrize("tuning_file", ["tune_gpu_kernels.json", "tune_gpu_kernels_h200.json"])
+def test_the_committed_choices_are_what_the_committed_tuning_measured(tuning_file):
+    tuning = json.loads((RESULTS / tuning_file).read_text())
     choices = choices_for(tuning["device"])
     for row in tuning["linear"]:
         chosen = choices.linear_for(row["rows"], row["n"], row["k"])
@@ -75,11 +78,17 @@ def test_the_committed_choices_are_what_the_committed_tuning_measured():
         assert choices.attention_for(row["rows"]).__dict__ == row["best"]
 
 
-def test_the_gpu_report_is_what_its_results_render_to():
+@pytest.mark.parametrize(
+    ("report", "results", "tuning"),
+    [
+        ("engine_gpu.md", ["engine_gpu.json", "engine_gpu_compile.json"], "tune_gpu_kernels.json"),
+        ("engine_gpu_h200.md", ["engine_gpu_h200.json"], "tune_gpu_kernels_h200.json"),
+    ],
+)
+def test_each_gpu_report_is_what_its_results_render_to(report, results, tuning):
     command = [
-        sys.executable, "-m", "benchmarks.engine_gpu", "--render",
-        str(RESULTS / "engine_gpu.json"), str(RESULTS / "engine_gpu_compile.json"),
-        "--tuning", str(RESULTS / "tune_gpu_kernels.json"),
+        sys.executable, "-m", "benchmarks.engine_gpu", "--render", *(str(RESULTS / name) for name in results),
+        "--tuning", str(RESULTS / tuning),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, check=True, timeout=120, cwd=ROOT)
-    assert done.stdout == (ROOT / "benchmarks" / "engine_gpu.md").read_text() + "\n"
+    assert done.stdout == (ROOT / "benchmarks" / report).read_text() + "\n"

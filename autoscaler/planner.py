@@ -71,14 +71,14 @@ class PlannerConfig:
     long_output_tokens: float
     """A long choice's tokens (the p95): a request-latency limit spread over them is a per-token one."""
     lead_s: float
-    headroom: float = 0.85
-    trend_window_s: float = 60.0
-    drain_s: float = 20.0
+    headroom: float = PlannerSpec.headroom
+    trend_window_s: float = PlannerSpec.trend_window
+    drain_s: float = PlannerSpec.drain_time
     default_choices: float = 1.0
-    kv_usage_high: float = 0.9
-    burst_lookback_s: float = 0.0
+    kv_usage_high: float = PlannerSpec.kv_usage_high
+    burst_lookback_s: float = PlannerSpec.burst_lookback
     """How far back the burst level looks (:func:`burst_level`); 0: ``BURST_LOOKBACK_STARTUPS`` leads."""
-    burst_quantile: float = 0.9
+    burst_quantile: float = PlannerSpec.burst_quantile
     """Quantile of the start-up-long slots' peak demands that the burst level takes."""
 
     @property

@@ -295,7 +295,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"SLO: {slo.statement()}; routing {args.routing}; loop {loop:g} s, scrape {scrape:g} s")
     feasible = feasibility(profile, workload.requests, slo)
     print(f"feasibility: {feasible.describe()}")
-    planner = planner_config(profile, workload.requests, slo, loop, args.startup)
+    planner = planner_config(profile, workload.requests, slo, loop, args.startup, spec.planner)
     logs: dict[str, RunLog] = {}
     summaries: list[Summary] = []
     for text in args.policy or [f"{spec.type}:{spec.threshold:g}"]:

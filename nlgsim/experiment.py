@@ -118,9 +118,6 @@ def scaler_spec(config: Mapping[str, Any] | None, overrides: Sequence[str] = ())
     return parse_scaler(data)
 
 
-#: The share of the SLO's per-token allowance the planner plans at: the live ``plan_fraction`` default.
-PLAN_FRACTION = PlannerSpec().plan_fraction
-
 #: Policy options: the letter, the scaler key it sets.
 POLICY_OPTIONS = {"w": "time_window", "s": "stabilization_window"}
 
@@ -131,10 +128,14 @@ def planner_config(
     slo: SLO,
     loop_interval: float,
     startup_s: float | None,
+    settings: PlannerSpec | None = None,
     **overrides: Any,
 ) -> PlannerConfig:
     """The planner's settings for a workload: targets from the SLO (the per-token latency it allows the
-    p95 output, planned at ``PLAN_FRACTION`` of it), lead time from start-up."""
+    p95 output, planned at ``plan_fraction`` of it), lead time from start-up, and the rest from the
+    scaler's ``planner`` settings (``settings``: the live defaults unless ``--set planner.KEY=...``), so
+    that what a user would set with ``helm upgrade --set autoscaler.policy.planner.KEY`` is what runs."""
+    live = settings or PlannerSpec()
     prompt = sum(r.prompt_tokens for r in requests) / max(len(requests), 1)
     outputs = [n for r in requests for n in r.output_tokens]
     output = sum(outputs) / max(len(outputs), 1)
@@ -142,12 +143,18 @@ def planner_config(
     long_output = sorted(outputs)[int(0.95 * (len(outputs) - 1))] if outputs else 1.0
     cfg = PlannerConfig(
         profile=profile,
-        per_token_target_s=slo.per_token_allowed(long_output) * PLAN_FRACTION,
+        per_token_target_s=slo.per_token_allowed(long_output) * live.plan_fraction,
         slo=slo,
         prompt_tokens=prompt,
         output_tokens=output,
         long_output_tokens=long_output,
-        lead_s=startup + loop_interval,
+        lead_s=(live.startup or startup) + loop_interval,
+        headroom=live.headroom,
+        trend_window_s=live.trend_window,
+        drain_s=live.drain_time,
+        kv_usage_high=live.kv_usage_high,
+        burst_lookback_s=live.burst_lookback,
+        burst_quantile=live.burst_quantile,
     )
     return replace(cfg, **overrides)
 

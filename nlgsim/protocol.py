@@ -212,7 +212,7 @@ def run_one(plan: Plan, key: RunKey, initial: int) -> RunResult:
         since, until = plan.warmup_s, None
     else:
         requests, since, until = _window_requests(plan, key.replicate)
-    cfg = planner_config(profile, requests, plan.slo, plan.loop_interval, plan.startup_s)
+    cfg = planner_config(profile, requests, plan.slo, plan.loop_interval, plan.startup_s, plan.scaler.planner)
     policy, default_initial = build_policy(key.policy, plan.scaler, cfg)
     scenario = Scenario(
         profile, requests, policy,

@@ -207,10 +207,11 @@ def test_a_counter_increase_over_the_window(values, want):
 # -- sizing and the mix ----------------------------------------------------------------------------
 
 
-def test_replicas_are_demand_over_what_one_replica_carries_at_the_slo(profile_path):
-    spec = spec_for(profile_path)
-    cfg = planner_config(spec.planner, load_profile(profile_path))
-    per_replica = choices_per_second(cfg.profile, 0.6 * 0.050, 32, 32, 1) * 0.85
+@pytest.mark.parametrize("headroom", [None, 1.0, 0.6])
+def test_replicas_are_demand_over_what_one_replica_carries_at_the_slo(profile_path, headroom):
+    """A replica is planned at ``headroom`` (0.85 by default) of what it carries at the planned per-token latency."""
+    spec = spec_for(profile_path) if headroom is None else spec_for(profile_path, headroom=headroom)
+    per_replica = choices_per_second(load_profile(profile_path), 0.6 * 0.050, 32, 32, 1) * (headroom or 0.85)
     assert Planner(spec, 1).at(0, window(20)) == math.ceil(20 / per_replica)
 
 

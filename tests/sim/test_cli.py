@@ -9,7 +9,8 @@ from sim_testkit import paper_profile
 
 from autoscaler.config import ConfigError, ScalerSpec
 from nlgsim.cli import main
-from nlgsim.experiment import build_policy, parse_workload, scaler_spec
+from nlgsim.experiment import build_policy, parse_workload, planner_config, scaler_spec
+from nlgsim.results import SLO
 from nlgsim.sweep import grid, pareto_front
 
 
@@ -166,3 +167,32 @@ def test_a_trace_longer_than_the_context_is_refused_until_a_mapping_is_named(pro
     assert run["infeasible"] == 20 and run["attainment"] <= 40 / 60 + 1e-12
     assert main([*args, "--map-lengths", "drop", *slo]) == 0
     assert "40 requests over" in capsys.readouterr().out
+
+
+def test_the_planner_settings_a_user_sets_are_what_the_simulated_planner_runs(profile_file, tmp_path, capsys):
+    """``--set planner.headroom=...`` (as ``helm upgrade --set autoscaler.policy.planner.headroom``) reaches
+    the simulated planner: a lower headroom plans more replicas for the same load."""
+    gpu = {}
+    for headroom in ("0.85", "0.4"):
+        out = tmp_path / headroom
+        args = ["run", "--profile", str(profile_file), "--workload", "simple:2.5x", "--count", "600"]
+        args += ["--policy", "planner", "--set", "max_deployment_count=8", "--set", f"planner.headroom={headroom}"]
+        assert main([*args, "--out", str(out)]) == 0
+        gpu[headroom] = json.loads((out / "summary.json").read_text())["runs"][0]["gpu_seconds"]
+    capsys.readouterr()
+    assert gpu["0.4"] > gpu["0.85"]
+
+
+def test_the_simulated_planner_takes_every_setting_of_scaler_planner():
+    settings = scaler_spec({}, [
+        "planner.headroom=0.5", "planner.trend_window=90", "planner.drain_time=7", "planner.kv_usage_high=0.8",
+        "planner.burst_lookback=300", "planner.burst_quantile=0.75", "planner.plan_fraction=0.5",
+    ]).planner  # fmt: skip
+    requests = parse_workload("simple:1", paper_profile(), count=50, seed=0).requests
+    slo = SLO(per_token_s=0.05)
+    cfg = planner_config(paper_profile(), requests, slo, 5.0, 10.0, settings)
+    default = planner_config(paper_profile(), requests, slo, 5.0, 10.0)
+    assert (cfg.headroom, cfg.trend_window_s, cfg.drain_s, cfg.kv_usage_high) == (0.5, 90, 7, 0.8)
+    assert (cfg.burst_lookback_s, cfg.burst_quantile) == (300, 0.75)
+    assert cfg.per_token_target_s == pytest.approx(default.per_token_target_s * 0.5 / 0.6)
+    assert cfg.lead_s == default.lead_s == 15.0

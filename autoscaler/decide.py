@@ -7,7 +7,7 @@ Public API (imported by the simulator; keep stable):
 
 - :func:`decide` ``(window, spec, state, now) -> (Decision, PolicyState)``.
 - :class:`Decision` (desired replicas, ``valid``, a reason a person can read, the values used),
-  :class:`PolicyState` (``PolicyState.initial(replicas)``, ``with_replicas(n)`` after observing the
+  :class:`PolicyState` (``PolicyState.initial(replicas, now)``, ``with_replicas(n)`` after observing the
   target), :data:`POLICIES` (``type`` -> primary signal) and :func:`signal_value`.
 
 The algorithm is Kubernetes HPA's, built from small named steps, each tested alone:
@@ -73,8 +73,12 @@ class PolicyState:
     changed_to: int | None = None
 
     @classmethod
-    def initial(cls, replicas: int) -> PolicyState:
-        return cls(replicas=replicas)
+    def initial(cls, replicas: int, now: float) -> PolicyState:
+        """The state when a target is first seen (a start, a restart, a new leader): the replicas it has
+        count as a proposal made now, so no scale-in comes before a stabilization window of rounds has
+        proposed it, as Kubernetes' HPA seeds its recommendations (``recordInitialRecommendation`` in
+        kubernetes pkg/controller/podautoscaler/horizontal.go)."""
+        return cls(replicas=replicas, proposals=((now, replicas),))
 
     def with_replicas(self, replicas: int) -> PolicyState:
         """The caller observed the target at ``replicas``; a count other than the last one is a change

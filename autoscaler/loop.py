@@ -122,7 +122,7 @@ class Controller:
         self.telemetry.observed(model, observed.replicas, observed.external)
         target.replicas = observed.replicas
         policy = target.policy
-        state = (target.state or policy.initial(observed.replicas)).with_replicas(observed.replicas)
+        state = (target.state or policy.initial(observed.replicas, now)).with_replicas(observed.replicas)
         note = ""
         try:
             window = self.source.read(now, model, target.spec.time_window)

@@ -130,6 +130,12 @@ class PlannerState:
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
 
+    @classmethod
+    def initial(cls, replicas: int, now: float) -> PlannerState:
+        """First seen (a start, a restart, a new leader): the replicas it has stand as a proposal made
+        now, so no scale-in comes before a stabilization window, as with :meth:`PolicyState.initial`."""
+        return cls(replicas, proposals=((now, replicas),))
+
     def with_replicas(self, replicas: int) -> PlannerState:
         return replace(self, replicas=replicas)
 

@@ -28,7 +28,7 @@ DecideFn = Callable[[WindowStats, ScalerSpec, Any, float], tuple[Decision, Any]]
 
 @dataclass(frozen=True)
 class Policy:
-    """A named decide function with its spec; ``initial(replicas)`` gives its first state.
+    """A named decide function with its spec; ``initial(replicas, now)`` gives its first state.
 
     ``targets``: what the policy aims at, by signal name (ms for latencies), for the API and metrics.
     """
@@ -36,7 +36,7 @@ class Policy:
     name: str
     spec: ScalerSpec
     decide: DecideFn
-    initial: Callable[[int], Any]
+    initial: Callable[[int, float], Any]
     targets: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -108,7 +108,7 @@ def planner_policy(spec: ScalerSpec, cfg: PlannerConfig, name: str = "planner") 
         f"pertoken_{q}": cfg.slo.per_token_allowed(cfg.long_output_tokens) * 1000,
         f"ttft_{q}": cfg.slo.ttft_s * 1000,
     }
-    return Policy(name, spec, planner_decide_fn(cfg), PlannerState, targets)
+    return Policy(name, spec, planner_decide_fn(cfg), PlannerState.initial, targets)
 
 
 def build_policy(spec: ScalerSpec) -> Policy:

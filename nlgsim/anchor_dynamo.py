@@ -100,7 +100,7 @@ class DynamoState:
     """Unused (Dynamo has no rate window); the control loop restores it after a failed actuation."""
 
     @classmethod
-    def initial(cls, replicas: int) -> DynamoState:
+    def initial(cls, replicas: int, now: float) -> DynamoState:
         return cls(replicas)
 
     def with_replicas(self, replicas: int) -> DynamoState:

@@ -66,7 +66,7 @@ class KpaState:
     """Unused (KPA has no rate window); the control loop restores it after a failed actuation."""
 
     @classmethod
-    def initial(cls, replicas: int) -> KpaState:
+    def initial(cls, replicas: int, now: float) -> KpaState:
         return cls(replicas)
 
     def with_replicas(self, replicas: int) -> KpaState:
@@ -153,8 +153,9 @@ class KedaState:
     next_poll: float = -math.inf
 
     @classmethod
-    def initial(cls, replicas: int) -> KedaState:
-        return cls(replicas)
+    def initial(cls, replicas: int, now: float) -> KedaState:
+        # KEDA scales through an HPA, which seeds its recommendations with the replicas it first sees.
+        return cls(replicas, proposals=((now, replicas),))
 
     def with_replicas(self, replicas: int) -> KedaState:
         return replace(self, replicas=replicas)

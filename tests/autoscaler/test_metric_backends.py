@@ -76,7 +76,7 @@ def read_timeline(backend: str, phases: list[tuple[Request, int]], spec: ScalerS
     decisions = []
     with PageServer(lambda: pod.page(backend)) as server:
         source = DirectSource(StaticTargets([server.target]), timeout=2.0, stale_after=30.0, backend="auto")
-        state = PolicyState.initial(1)
+        state = PolicyState.initial(1, 0.0)
         now = 0.0
         try:
             source.read(now, "gpt2", spec.time_window)

@@ -73,7 +73,7 @@ class Planner:
 
     def __init__(self, spec: ScalerSpec, replicas: int) -> None:
         self.policy = build_policy(spec)
-        self.spec, self.state = spec, self.policy.initial(replicas)
+        self.spec, self.state = spec, self.policy.initial(replicas, 0.0)
         self.reasons: list[str] = []
 
     def at(self, now: float, win: WindowStats) -> int:
@@ -500,3 +500,11 @@ def test_the_burst_lookback_defaults_to_ten_start_ups(profile_path):
     cfg = planner_config(PlannerSpec(profile=str(profile_path), startup=45), profile)
     assert cfg.lookback_s == 450
     assert planner_config(PlannerSpec(profile=str(profile_path), burst_lookback=120), profile).lookback_s == 120
+
+
+def test_a_target_first_seen_is_not_scaled_in_before_a_stabilization_window(profile_path):
+    """As with HPA's rules: after a start, a restart or a new leader, the planner keeps the replicas it finds
+    for one stabilization window (60 s here) before the demand it measures may take them away."""
+    planner = Planner(spec_for(profile_path), 4)
+    assert planner.at(0, window(1)) == 4
+    assert planner.at(65, window(1)) < 4

@@ -30,7 +30,7 @@ class Scaler:
 
     def __init__(self, spec: ScalerSpec, replicas: int) -> None:
         self.spec = spec
-        self.state = PolicyState.initial(replicas)
+        self.state = PolicyState.initial(replicas, 0.0)
         self.log: list[Decision] = []
 
     def at(self, now: float, win: WindowStats, starting: int = 0) -> Decision:
@@ -380,3 +380,12 @@ def test_pods_still_starting_damp_the_next_step_as_hpa_counts_them():
 )
 def test_ready_proposal_is_hpas_calc_plain_metric_replicas(current, ready, value, want):
     assert ready_proposal(current, ready, value, 25, 0.1) == want
+
+
+def test_a_target_first_seen_is_not_scaled_in_before_a_stabilization_window():
+    """A start, a restart or a new leader knows no earlier proposals: the replicas it finds count as one
+    made then (HPA's recordInitialRecommendation), so a first window asking for fewer waits for the window."""
+    scaler = Scaler(ScalerSpec(max_deployment_count=8, stabilization_window=60), replicas=4)
+    held = expect_scale(scaler, 0, window(pertoken_ms=5), want=4)
+    assert "stabilization window" in held.reason
+    assert scaler.at(61, window(pertoken_ms=5)).desired < 4

@@ -51,10 +51,10 @@ def test_floor_note(threshold, mix, says):
 def test_a_pertoken_decision_says_when_its_threshold_is_out_of_reach():
     spec = ScalerSpec(type="pertoken", threshold=10, max_deployment_count=8)
     policy = hpa_policy(spec, profile=load_profile(H100))
-    decision, _ = policy.decide(_mix(1000, 2), spec, PolicyState.initial(2), 0.0)
+    decision, _ = policy.decide(_mix(1000, 2), spec, PolicyState.initial(2, 0.0), 0.0)
     assert "warning: threshold 10 ms is below" in decision.reason
     assert decision.desired > 2  # it says so; the HPA rule still acts
-    plain, _ = hpa_policy(spec).decide(_mix(1000, 2), spec, PolicyState.initial(2), 0.0)
+    plain, _ = hpa_policy(spec).decide(_mix(1000, 2), spec, PolicyState.initial(2, 0.0), 0.0)
     assert "warning" not in plain.reason and plain.desired == decision.desired
 
 

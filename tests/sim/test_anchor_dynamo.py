@@ -59,7 +59,7 @@ def test_the_load_mode_steps_by_one_on_the_estimates_of_the_mean_engine(itl_s, n
 
 def test_the_throughput_bound_is_the_predicted_rate_over_one_engines_capacity_and_lifts_at_once():
     capacity = choices_per_second(PROFILE, 0.05, 500, 200, 1.0)
-    state = DynamoState.initial(1)
+    state = DynamoState.initial(1, 0.0)
     for t in range(0, 180, 5):  # 50 requests a second, the engine idle: no throughput decision yet
         d, state = dynamo_decide(win(1, 1, per_s=50), SPEC, state, float(t), TARGETS)
         assert d.desired == 1, (t, d.reason)
@@ -77,7 +77,7 @@ def test_the_throughput_bound_is_the_predicted_rate_over_one_engines_capacity_an
 
 def test_a_saturated_fleets_demand_counts_the_growth_of_its_queue():
     capacity = choices_per_second(PROFILE, 0.05, 500, 200, 1.0)
-    state = DynamoState.initial(1)
+    state = DynamoState.initial(1, 0.0)
     _, state = dynamo_decide(win(1, 64, 0, per_s=capacity), SPEC, state, 0.0, TARGETS)
     # Only what one engine carries starts; the rest queues: 10 a second more over the interval.
     d, _ = dynamo_decide(win(1, 64, 1800, per_s=capacity), SPEC, state, 180.0, TARGETS)
@@ -86,7 +86,7 @@ def test_a_saturated_fleets_demand_counts_the_growth_of_its_queue():
 
 
 def test_between_load_decisions_it_holds_and_without_data_it_says_so():
-    state = DynamoState.initial(2)
+    state = DynamoState.initial(2, 0.0)
     d, state = dynamo_decide(win(2, 64, 200), SPEC, state, 0.0, TARGETS)
     assert d.desired == 3
     d, state = dynamo_decide(win(3, 64, 200), SPEC, state, 2.0, TARGETS)

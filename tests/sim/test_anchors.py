@@ -29,7 +29,7 @@ def test_the_defaults_are_the_documented_ones():
 
 
 def test_kpa_panics_on_a_burst_never_scales_down_while_panicking_then_halves_at_most():
-    state = KpaState.initial(1)
+    state = KpaState.initial(1, 0.0)
     d, state = kpa_decide(win(1, 64, 236), SPEC, state, 0.0)  # 300 in flight: 5 pods, 5x the ready one
     assert (d.desired, "panic" in d.reason) == (5, True)
     d, state = kpa_decide(win(1, 64, 236), SPEC, state.with_replicas(5), 5.0)  # still over: extends it
@@ -44,7 +44,7 @@ def test_kpa_panics_on_a_burst_never_scales_down_while_panicking_then_halves_at_
 
 
 def test_keda_scales_on_waiting_per_replica_polls_every_15_s_and_waits_300_s_to_scale_down():
-    state = KedaState.initial(1)
+    state = KedaState.initial(1, 0.0)
     d, state = keda_waiting_decide(win(1, 64, 30), SPEC, state, 0.0)
     assert d.desired == 5  # ceil(30 / 5) = 6, but one period adds at most max(4 pods, 100%) = 4
     d, state = keda_waiting_decide(win(1, 64, 30), SPEC, state.with_replicas(5), 5.0)

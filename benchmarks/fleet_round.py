@@ -53,6 +53,8 @@ ROUNDS = 25
 WARMUP = 13  # rounds that fill the 60 s window at 5 s a round, plus the baseline
 REFERENCE_ROUNDS = 6  # rounds of the reference pass that are timed (its window costs seconds at 1,000 pods)
 INTERVAL = 5.0  # the chart's loop.interval
+#: The clock of the timed rounds (any origin; the pods report from their own).
+START = 1_000_000.0
 MEASURED_FILES = (
     "autoscaler",
     "benchmarks/fleet_pods.py",
@@ -124,12 +126,12 @@ def rounds_of(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) -> dict
     scraper = Scraper(timeout)
     aggregator = WindowAggregator(spec.time_window, stale_after(INTERVAL, timeout))
     policy = build_policy(spec)
-    state = policy.initial(spec.max_deployment_count)
+    state = policy.initial(spec.max_deployment_count, START)
     times: dict[str, list[float]] = {}
     missing, decisions = 0, []
     try:
         for r in range(WARMUP + ROUNDS):
-            now = 1_000_000.0 + r * INTERVAL
+            now = START + r * INTERVAL
             scraped, scrape_ms, scrape_cpu = timed(scraper.scrape, fleet.targets(pods))
             samples, parse_ms, parse_cpu = timed(parse_all, scraped.texts, parse_exposition)
             window, aggregate_ms, aggregate_cpu = timed(record_and_window, aggregator, now, samples)
@@ -223,7 +225,7 @@ def reference_pass(fleet: Fleet, pods: int, spec: ScalerSpec, timeout: float) ->
     unequal_windows = unequal_pages = 0
     try:
         for r in range(WARMUP + REFERENCE_ROUNDS):
-            now = 1_000_000.0 + r * INTERVAL
+            now = START + r * INTERVAL
             scraped, scrape_ms, scrape_cpu = timed(scraper.scrape, fleet.targets(pods))
             texts = scraped.texts
             samples, parse_ms, _ = timed(parse_all, texts, parse_exposition)

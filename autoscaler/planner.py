@@ -102,13 +102,21 @@ def planner_config(spec: PlannerSpec, profile: EngineProfile) -> PlannerConfig:
         output_tokens=spec.output_tokens,
         long_output_tokens=spec.output_tokens,
         lead_s=spec.startup or profile.startup_s,
-        headroom=spec.headroom,
-        trend_window_s=spec.trend_window,
-        drain_s=spec.drain_time,
-        kv_usage_high=spec.kv_usage_high,
-        burst_lookback_s=spec.burst_lookback,
-        burst_quantile=spec.burst_quantile,
+        **sizing_settings(spec),
     )
+
+
+def sizing_settings(spec: PlannerSpec) -> dict[str, float]:
+    """The ``scaler.planner`` keys that tune the sizing, as :class:`PlannerConfig` names them: what the
+    live planner and the simulator's (whose targets and lengths come from the workload) share."""
+    return {
+        "headroom": spec.headroom,
+        "trend_window_s": spec.trend_window,
+        "drain_s": spec.drain_time,
+        "kv_usage_high": spec.kv_usage_high,
+        "burst_lookback_s": spec.burst_lookback,
+        "burst_quantile": spec.burst_quantile,
+    }
 
 
 @dataclass(frozen=True)

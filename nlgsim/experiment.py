@@ -24,7 +24,7 @@ import yaml
 from autoscaler.config import PlannerSpec, ScalerSpec, parse_scaler, to_dict
 from nlgsim.anchors import ANCHORS
 from nlgsim.capacity import saturation_rate
-from nlgsim.planner import PlannerConfig, planner_policy
+from nlgsim.planner import PlannerConfig, planner_policy, sizing_settings
 from nlgsim.policy import Policy, hpa_policy
 from nlgsim.profile import EngineProfile
 from nlgsim.results import SLO
@@ -149,12 +149,7 @@ def planner_config(
         output_tokens=output,
         long_output_tokens=long_output,
         lead_s=(live.startup or startup) + loop_interval,
-        headroom=live.headroom,
-        trend_window_s=live.trend_window,
-        drain_s=live.drain_time,
-        kv_usage_high=live.kv_usage_high,
-        burst_lookback_s=live.burst_lookback,
-        burst_quantile=live.burst_quantile,
+        **sizing_settings(live),
     )
     return replace(cfg, **overrides)
 

@@ -18,6 +18,7 @@ from autoscaler.planner import (
     planner_decide,
     queue_replicas,
     scale_in_hold,
+    sizing_settings,
     tail_guard,
     trend,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "planner_policy",
     "queue_replicas",
     "scale_in_hold",
+    "sizing_settings",
     "tail_guard",
     "trend",
 ]

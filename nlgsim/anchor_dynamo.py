@@ -101,6 +101,7 @@ class DynamoState:
 
     @classmethod
     def initial(cls, replicas: int, now: float) -> DynamoState:
+        # Nothing to seed: the planner decides each adjustment interval afresh from its predictors.
         return cls(replicas)
 
     def with_replicas(self, replicas: int) -> DynamoState:

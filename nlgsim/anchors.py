@@ -67,6 +67,7 @@ class KpaState:
 
     @classmethod
     def initial(cls, replicas: int, now: float) -> KpaState:
+        # Nothing to seed: KPA's windows fill from the pods' metrics, and it keeps no proposals.
         return cls(replicas)
 
     def with_replicas(self, replicas: int) -> KpaState:

@@ -305,8 +305,12 @@ def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
         left.axvline(statistics.fmean(paid), color="black", linestyle=":", linewidth=1, label="start-up bound (mean)")
     left.set_xscale("log")
     left.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    # Minor ticks labelled at 2, 3 and 5 times a power of ten: every one would run together near 1.
+    left.xaxis.set_minor_formatter(
+        FuncFormatter(lambda v, _: f"{v:g}" if round(v / 10 ** math.floor(math.log10(v))) in (2, 3, 5) else "")
+    )
     left.set_xlabel("GPU-seconds / the oracle's (log)")
-    left.legend(fontsize=7, loc="lower right")
+    left.legend(fontsize=7, loc="best")  # clear of the points, whichever rows they fall in
     right.axvline(100 * target, color="black", linestyle=":", linewidth=1)
     lows = [s.lo for s in atts if math.isfinite(s.lo)]
     lo = min([*lows, 100 * target])

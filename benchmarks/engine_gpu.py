@@ -52,9 +52,11 @@ from triton_backend.presets import preset_config
 from triton_backend.settings import ModelSettings, load_settings
 
 GPU = torch.device("cuda")
+# The goals: batch-1 inter-token latency within 2 ms; 64 streams at about half the H100's HBM roofline;
+# through tritonserver within 8% of the engine in-process.
 GOAL_ITL_MS = 2.0
-GOAL_TOKENS_PER_S = 10_000
-GOAL_TRITON_RATIO = 0.9
+GOAL_TOKENS_PER_S = 14_000
+GOAL_TRITON_RATIO = 0.92
 PARTS = ("steps", "runs", "triton", "compile")
 
 

@@ -548,14 +548,7 @@ class Scheduler:
     def _outstanding_pages(self) -> int:
         """The pages the admitted requests' unfinished choices have reserved and not yet taken (what
         `_outstanding` keeps; a test ties the two)."""
-        return sum(
-            [
-                max(0, s.reserved_pages - len(s.pages))
-                for r in self._admitted
-                for s in r.sequences
-                if s.finish_reason is None
-            ]
-        )
+        return sum(max(0, self._unreserved(s)) for r in self._admitted for s in r.sequences if s.finish_reason is None)
 
     def _plan_prefill(self, schedule: Schedule) -> None:
         budget = self.config.prefill_chunk_tokens

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats, nearest_rank
-from autoscaler.capacity import choices_per_second, slo_batch
+from autoscaler.capacity import choices_per_second, mean_prefill_s, prompt_lengths, slo_batch
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
@@ -235,12 +235,14 @@ def erlang_c(servers: int, offered: float) -> float:
 
 
 def prefill_service_s(cfg: PlannerConfig, prompt: float, batch: int, tokens: float) -> float:
-    """Seconds a replica spends bringing one prompt to its first token while decoding ``batch``
-    sequences: each prefill chunk shares a step with the batch's decode (chunked prefill)."""
+    """Mean seconds a replica spends bringing one prompt to its first token while decoding ``batch``
+    sequences, in a mix whose mean prompt is ``prompt`` tokens (:func:`autoscaler.capacity.prompt_lengths`):
+    each prefill chunk shares a step with the batch's decode (chunked prefill)."""
     profile = cfg.profile
-    chunks = math.ceil(max(prompt, 1.0) / profile.prefill_chunk_tokens)
     decode = profile.decode_step_s(batch, prompt + tokens / 2)
-    return profile.prefill_time_s(max(1, round(prompt))) + chunks * decode
+    lengths = prompt_lengths(profile, prompt)
+    chunks = sum(math.ceil(n / profile.prefill_chunk_tokens) for n in lengths) / len(lengths)
+    return mean_prefill_s(profile, prompt) + chunks * decode
 
 
 def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int:

@@ -20,7 +20,9 @@ profile) runs two loops when both of its modes are on:
   ``sensitivity`` of its target and the KV cache holds it; never below the throughput bound, and no
   new step while the last one is still starting.
 
-Here the performance model is the engine profile (:mod:`autoscaler.capacity`), the engines are the
+Here the performance model is the engine profile (:mod:`autoscaler.capacity`) at the interval's
+mean input length (``spread=False``: Dynamo's interpolator is read at the mean ISL, every request
+taken to be that long), the engines are the
 window's mean engine (the pods export sums, not each engine's queue; the Service spreads the load),
 the requests received in an interval are those that started plus the queue's growth, and the
 targets are the SLO's: TTFT where the SLO names it, else Dynamo's default, and the per-token latency
@@ -114,7 +116,7 @@ def estimated_itl(t: DynamoTargets, sequences: float, isl: float, osl: float) ->
     Dynamo's regression on decode KV tokens would be."""
     profile = t.profile
     batch = min(max(1, math.ceil(sequences)), profile.max_batch)
-    return step_estimate(profile, batch, isl, osl, 1.0) * max(1.0, sequences / profile.max_batch)
+    return step_estimate(profile, batch, isl, osl, 1.0, spread=False) * max(1.0, sequences / profile.max_batch)
 
 
 def estimated_ttft(t: DynamoTargets, queued: float, running: float, isl: float, osl: float) -> float:
@@ -131,7 +133,7 @@ def estimated_ttft(t: DynamoTargets, queued: float, running: float, isl: float, 
 
 def throughput_bound(t: DynamoTargets, demand: float, isl: float, osl: float) -> tuple[int, float]:
     """The throughput mode's replicas for ``demand`` requests per second, and one engine's capacity."""
-    capacity = choices_per_second(t.profile, t.itl_s, isl, osl, 1.0)
+    capacity = choices_per_second(t.profile, t.itl_s, isl, osl, 1.0, spread=False)
     return max(math.ceil(demand / capacity), DYNAMO_MIN_ENDPOINT), capacity
 
 

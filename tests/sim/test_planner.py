@@ -10,6 +10,7 @@ import pytest
 from sim_testkit import paper_profile
 
 from autoscaler.aggregate import LatencyStats, WindowStats
+from autoscaler.capacity import mean_prefill_s
 from autoscaler.config import ScalerSpec
 from nlgsim.capacity import choices_per_second, saturation_rate, slo_batch, step_estimate
 from nlgsim.planner import PlannerConfig, PlannerState, planner_decide, planner_policy, trend
@@ -55,10 +56,15 @@ class Planner:
 
 
 def test_capacity_model_on_paper():
-    # s(B) = 10 ms + B ms + B * P(34) / (1 * 30) with P(34) = 54 ms: s(4) = 21.2 ms, s(3) = 18.4 ms
-    assert step_estimate(PROFILE, 3, 34, 30, 1) == pytest.approx(0.010 + 0.003 + 3 * 0.054 / 30)
-    assert slo_batch(PROFILE, 0.02, 34, 30, 1) == 3
-    assert choices_per_second(PROFILE, 0.02, 34, 30, 1) == pytest.approx(3 / (30 * 0.0184))
+    # Every prompt 34 tokens (spread=False): s(B) = 10 ms + B ms + B * P(34) / (1 * 30) with
+    # P(34) = 54 ms: s(4) = 21.2 ms, s(3) = 18.4 ms.
+    assert step_estimate(PROFILE, 3, 34, 30, 1, spread=False) == pytest.approx(0.010 + 0.003 + 3 * 0.054 / 30)
+    assert slo_batch(PROFILE, 0.02, 34, 30, 1, spread=False) == 3
+    assert choices_per_second(PROFILE, 0.02, 34, 30, 1, spread=False) == pytest.approx(3 / (30 * 0.0184))
+    # Prompts of mean 34 (the default): P is linear, so their mean prefill is P at about 34 tokens.
+    spread = step_estimate(PROFILE, 3, 34, 30, 1)
+    assert spread == pytest.approx(0.010 + 0.003 + 3 * mean_prefill_s(PROFILE, 34) / 30)
+    assert spread == pytest.approx(0.0184, rel=0.01)
 
 
 def test_saturation_rate_of_one_replica():

@@ -22,11 +22,11 @@ profile) runs two loops when both of its modes are on:
 
 Here the performance model is the engine profile (:mod:`autoscaler.capacity`) at the interval's
 mean input length (``spread=False``: Dynamo's interpolator is read at the mean ISL, every request
-taken to be that long), the engines are the
-window's mean engine (the pods export sums, not each engine's queue; the Service spreads the load),
-the requests received in an interval are those that started plus the queue's growth, and the
-targets are the SLO's: TTFT where the SLO names it, else Dynamo's default, and the per-token latency
-the SLO allows a long output as the ITL. What differs from Dynamo's defaults, and why:
+taken to be that long), the engines are the window's mean engine (the pods export sums, not each
+engine's queue; the Service spreads the load), the requests received in an interval are those that
+started plus the queue's growth, and the targets are the SLO's: TTFT where the SLO names it, else
+Dynamo's default, and the per-token latency the SLO allows a long output as the ITL. What differs
+from Dynamo's defaults, and why:
 
 * the load predictor is ``constant`` (next interval = last interval), not the default ``arima``
   (pmdarima's auto-ARIMA, which this project does not carry): ARIMA itself returns the last value

@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats, nearest_rank
-from autoscaler.capacity import choices_per_second, mean_prefill_s, prompt_lengths, slo_batch
+from autoscaler.capacity import choices_per_second, prompt_lengths, slo_batch
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
@@ -241,8 +241,8 @@ def prefill_service_s(cfg: PlannerConfig, prompt: float, batch: int, tokens: flo
     profile = cfg.profile
     decode = profile.decode_step_s(batch, prompt + tokens / 2)
     lengths = prompt_lengths(profile, prompt)
-    chunks = sum(math.ceil(n / profile.prefill_chunk_tokens) for n in lengths) / len(lengths)
-    return mean_prefill_s(profile, prompt) + chunks * decode
+    each = (profile.prefill_time_s(n) + math.ceil(n / profile.prefill_chunk_tokens) * decode for n in lengths)
+    return sum(each) / len(lengths)
 
 
 def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int:

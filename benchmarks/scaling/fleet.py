@@ -198,6 +198,23 @@ def placeholders(data: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+def first_burst_values(bursts: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``first_burst.*`` placeholders from ``benchmarks/first_burst.py``'s results: on `code` above
+    its recorded rate, the windows whose first new burst no scaler holding the most load it had seen can
+    serve in time (the mean over the windows stays under the target whatever it does after)."""
+    rows = [r for r in (bursts or {}).get("rows", []) if r["trace"] == "azure2023_code" and r["scale"] > 1]
+    beyond = [
+        (r, w) for r in rows for w in r["windows"] if "burst_at_s" in w and w["mean_bound_at_seen"] < r["target"]
+    ]  # fmt: skip
+    every_row = bool(rows) and all(any(row is r for row, _ in beyond) for r in rows)
+    needed = [w["needed"] / w["seen"] for _, w in beyond if w["needed"] is not None]
+    return {
+        "check:first_burst.code_beyond_seen": "true" if every_row and len(needed) == len(beyond) else "false",
+        "first_burst.code.quiet_s": range_text([w["quiet_s"] for _, w in beyond], ".0f"),
+        "first_burst.code.needed_x": range_text(needed, ".1f"),
+    }
+
+
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     """The ``fleet.*`` placeholders: the summary table, and per experiment its command, workload, oracle
     and table (``not run`` where the results lack it)."""

@@ -29,6 +29,7 @@ TEMPLATE = Path(__file__).with_name("report_template.md")
 REPORT = ROOT / "benchmarks" / "scaling_policies.md"
 FIGURES = ROOT / "benchmarks" / "figures"
 SIM_TO_REAL = ROOT / "benchmarks" / "results" / "sim_to_real.json"
+FIRST_BURST = ROOT / "benchmarks" / "results" / "first_burst.json"
 PLACEHOLDER = re.compile(r"\{\{([^{}]+?)\}\}")
 
 
@@ -69,11 +70,15 @@ def figure_values(data: Mapping[str, Any], draw: bool, shown: set[str]) -> dict[
     return out
 
 
-def render(data: Mapping[str, Any], real: Mapping[str, Any] | None, draw: bool = False) -> str:
+def render(
+    data: Mapping[str, Any], real: Mapping[str, Any] | None, bursts: Mapping[str, Any] | None, draw: bool = False
+) -> str:  # fmt: skip
+    """The report; ``real`` and ``bursts``: the sim-to-real and first-burst results, where there are."""
     template = TEMPLATE.read_text()
     given = {
         **values(data, real),
         **fleet.placeholders(data),
+        **fleet.first_burst_values(bursts),
         **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
     }
     return fill(template, given)
@@ -91,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = json.loads(args.results.read_text())
     real = json.loads(SIM_TO_REAL.read_text()) if SIM_TO_REAL.exists() else None
-    args.out.write_text(render(data, real, draw=not args.no_figures))
+    bursts = json.loads(FIRST_BURST.read_text()) if FIRST_BURST.exists() else None
+    args.out.write_text(render(data, real, bursts, draw=not args.no_figures))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -24,9 +24,9 @@ from autoscaler.profile import EngineProfile
 PROMPT_QUANTILES = 32
 
 
-def prompt_lengths(profile: EngineProfile, mean: float) -> list[int]:
-    """Prompt lengths standing for a mix whose mean is ``mean`` tokens: the mid-quantiles of an
-    exponential distribution with that mean, each at least one token and at most the context."""
+def exponential_lengths(profile: EngineProfile, mean: float) -> list[int]:
+    """Lengths standing for a mix's prompts (or outputs) whose mean is ``mean`` tokens: the mid-quantiles
+    of an exponential distribution with that mean, each at least one token and at most the context."""
     return [
         min(max(1, round(-mean * math.log(1 - (i + 0.5) / PROMPT_QUANTILES))), profile.max_context)
         for i in range(PROMPT_QUANTILES)
@@ -35,10 +35,10 @@ def prompt_lengths(profile: EngineProfile, mean: float) -> list[int]:
 
 def mean_prefill_s(profile: EngineProfile, prompt: float, spread: bool = True) -> float:
     """P̄(p): a request's prefill time in a mix whose mean prompt is ``prompt`` tokens, averaged over
-    :func:`prompt_lengths`; with ``spread=False``, P at the mean (every prompt that long)."""
+    :func:`exponential_lengths`; with ``spread=False``, P at the mean (every prompt that long)."""
     if not spread:
         return profile.prefill_time_s(max(1, round(prompt)))
-    lengths = prompt_lengths(profile, prompt)
+    lengths = exponential_lengths(profile, prompt)
     return sum(profile.prefill_time_s(n) for n in lengths) / len(lengths)
 
 

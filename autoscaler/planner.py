@@ -20,7 +20,8 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up;
 6. sizes for both (the larger count says which term set it): the forecast's replicas each at
    ``headroom`` of what it carries, the burst level's at all of it (already a high quantile, it needs no
-   margin on top); and the TTFT of the replicas as an M/M/c queue of prefills (:func:`queue_replicas`);
+   margin on top); and the TTFT of the replicas as an M/M/c queue of prefills, each request allowed
+   the wait its SLO leaves it (:func:`queue_replicas`: a short output's per-token limit leaves little);
    it scales in only when no burst that needed the last replica is due within a start-up
    (:func:`scale_in_hold`, from the gaps between the bursts seen);
 7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
@@ -43,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats, nearest_rank
-from autoscaler.capacity import choices_per_second, prompt_lengths, slo_batch
+from autoscaler.capacity import choices_per_second, exponential_lengths, slo_batch, step_estimate
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
@@ -236,13 +237,28 @@ def erlang_c(servers: int, offered: float) -> float:
 
 def prefill_service_s(cfg: PlannerConfig, prompt: float, batch: int, tokens: float) -> float:
     """Mean seconds a replica spends bringing one prompt to its first token while decoding ``batch``
-    sequences, in a mix whose mean prompt is ``prompt`` tokens (:func:`autoscaler.capacity.prompt_lengths`):
+    sequences, in a mix whose mean prompt is ``prompt`` tokens (:func:`autoscaler.capacity.exponential_lengths`):
     each prefill chunk shares a step with the batch's decode (chunked prefill)."""
     profile = cfg.profile
     decode = profile.decode_step_s(batch, prompt + tokens / 2)
-    lengths = prompt_lengths(profile, prompt)
+    lengths = exponential_lengths(profile, prompt)
     each = (profile.prefill_time_s(n) + math.ceil(n / profile.prefill_chunk_tokens) * decode for n in lengths)
     return sum(each) / len(lengths)
+
+
+def wait_budget_s(slo: SLO, tokens: int, step_s: float) -> float:
+    """The TTFT a choice of ``tokens`` tokens can take and still meet every limit ``slo`` names, its
+    other tokens coming one decode step (``step_s``) apart: the TTFT limit; the per-token latency,
+    which is the whole latency over the tokens, so a short output's is mostly its TTFT; the request
+    latency, less its decode."""
+    limits = []
+    if "ttft" in slo.attain:
+        limits.append(slo.ttft_s)
+    if "pertoken" in slo.attain:
+        limits.append(tokens * slo.per_token_s - (tokens - 1) * step_s)
+    if "request" in slo.attain:
+        limits.append(slo.request_s - (tokens - 1) * step_s)
+    return min(limits)
 
 
 def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int:
@@ -250,21 +266,30 @@ def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int
 
     Each replica prefills one prompt at a time, so the replicas are an M/M/c queue of prefills
     (Erlang C): a request waits past ``w`` with probability ``C * exp(-(c / S - rate) * w)``, and its
-    TTFT is that wait plus its own prefill ``S``. The count is the fewest ``c`` with that probability
-    at ``ttft_s - S`` within ``1 - target``.
+    TTFT is that wait plus its own prefill ``S``. What a request may wait is its TTFT budget
+    (:func:`wait_budget_s`) less ``S``, and that depends on its output: a choice of a few tokens has
+    little more than the per-token limit times its tokens for its first one. The pods measure only the
+    mean output, so the outputs are taken as exponential around it, as the prompts are
+    (:func:`autoscaler.capacity.exponential_lengths`); those with no wait to spare are infeasible and do
+    not count, as the SLO's attainment leaves them out. The count is the fewest ``c`` whose probability
+    of waiting past the budget, averaged over the outputs, is within ``1 - target``.
     """
     if rate <= 0:
         return 0
-    batch = slo_batch(cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
+    profile = cfg.profile
+    batch = slo_batch(profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
     service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
-    slack = cfg.slo.ttft_s - service
-    if slack <= 0:
-        return 0  # the mean prompt misses TTFT even alone: no replica count helps it
-    miss = 1 - cfg.slo.target
+    step = step_estimate(profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
+    outputs = exponential_lengths(profile, mix.output_tokens)
+    slacks = [b for b in (wait_budget_s(cfg.slo, k, step) - service for k in outputs) if b > 0]
+    if not slacks:
+        return 0  # the mix's requests miss the SLO even alone: no replica count helps them
+    allowed = (1 - cfg.slo.target) * len(slacks)
     c = max(math.floor(rate * service), 0) + 1
     while c < limit:
         waits = erlang_c(c, rate * service)
-        if waits * math.exp(-(c / service - rate) * slack) <= miss:
+        decay = c / service - rate
+        if waits * sum(math.exp(-decay * slack) for slack in slacks) <= allowed:
             return c
         c += 1
     return limit

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autoscaler.capacity import PROMPT_QUANTILES, choices_per_second, mean_prefill_s, prompt_lengths
+from autoscaler.capacity import PROMPT_QUANTILES, choices_per_second, exponential_lengths, mean_prefill_s
 from autoscaler.config import PlannerSpec
 from autoscaler.planner import planner_config, prefill_service_s
 from autoscaler.profile import load_profile
@@ -23,11 +23,11 @@ def curve(tokens: tuple[int, ...], seconds: tuple[float, ...], context: int = 10
 
 
 def test_the_lengths_are_an_exponentials_quantiles_with_the_mean_clipped_to_the_context():
-    lengths = prompt_lengths(curve((1, 2), (0.1, 0.2)), 300)
+    lengths = exponential_lengths(curve((1, 2), (0.1, 0.2)), 300)
     assert len(lengths) == PROMPT_QUANTILES and lengths == sorted(lengths)
     assert sum(lengths) / len(lengths) == pytest.approx(300, rel=0.03)
-    assert max(prompt_lengths(H100, 300)) == H100.max_context
-    assert min(prompt_lengths(H100, 0.2)) == 1
+    assert max(exponential_lengths(H100, 300)) == H100.max_context
+    assert min(exponential_lengths(H100, 0.2)) == 1
 
 
 def test_a_straight_prefill_curve_costs_what_the_mean_prompt_costs():
@@ -62,7 +62,7 @@ def test_the_spread_lowers_what_a_replica_carries_of_a_prefill_heavy_mix():
 def test_the_ttft_queue_costs_its_prefill_service_over_the_same_lengths():
     bent = curve((1, 256, 10_256), (0.020, 0.020, 0.820), context=1024)
     cfg = planner_config(PlannerSpec(profile="unused"), bent)
-    lengths = prompt_lengths(bent, 256)
+    lengths = exponential_lengths(bent, 256)
     decode = bent.decode_step_s(8, 256 + 28 / 2)
     chunks = sum(math.ceil(n / bent.prefill_chunk_tokens) for n in lengths) / len(lengths)
     assert prefill_service_s(cfg, 256, 8, 28) == pytest.approx(mean_prefill_s(bent, 256) + chunks * decode)

@@ -31,6 +31,7 @@ from autoscaler.planner import (
     scale_in_hold,
     significant_slope,
     trend,
+    wait_budget_s,
 )
 from autoscaler.policy import build_policy
 from autoscaler.profile import load_profile
@@ -212,7 +213,10 @@ def test_replicas_are_demand_over_what_one_replica_carries_at_the_slo(profile_pa
     """A replica is planned at ``headroom`` (0.85 by default) of what it carries at the planned per-token latency."""
     spec = spec_for(profile_path) if headroom is None else spec_for(profile_path, headroom=headroom)
     per_replica = choices_per_second(load_profile(profile_path), 0.6 * 0.050, 32, 32, 1) * (headroom or 0.85)
-    assert Planner(spec, 1).at(0, window(20)) == math.ceil(20 / per_replica)
+    p = Planner(spec, 1)
+    count = p.at(0, window(20))
+    assert p.values["throughput_replicas"] == math.ceil(20 / per_replica)
+    assert count == max(p.values["throughput_replicas"], p.values["queue_replicas"])
 
 
 def test_the_mix_is_measured_from_the_pods_counters_and_kept_through_quiet_windows(profile_path):
@@ -429,9 +433,30 @@ def test_a_count_set_by_the_ttft_queue_says_so(profile_path):
     """Prompts whose prefill takes 0.92 s of a 1 s TTFT: little time to wait, so the queue of
     prefills, not the tokens to carry, decides the count."""
     p = Planner(spec_for(profile_path, ttft_slo=1000), 1)
-    p.at(0, window(2, prompt=900, output=1))
+    p.at(0, window(2, prompt=900, output=64))
     assert "by TTFT queue" in p.reasons[-1]
     assert p.values["queue_replicas"] > p.values["throughput_replicas"]
+
+
+def test_short_outputs_may_wait_less_for_their_first_token(profile_path):
+    """Per-token latency is the whole latency over the tokens: an output of a few tokens must get its
+    first within little more than the per-token limit times its tokens, far less than the TTFT limit."""
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), ttft_slo=1000), load_profile(profile_path))
+    assert wait_budget_s(cfg.slo, 1, 0.02) == pytest.approx(0.05)
+    assert wait_budget_s(cfg.slo, 4, 0.02) == pytest.approx(4 * 0.05 - 3 * 0.02)
+    assert wait_budget_s(cfg.slo, 400, 0.02) == pytest.approx(1.0)
+    short, long = Mix(64, 4, 1.0), Mix(64, 400, 1.0)
+    assert queue_replicas(cfg, 20.0, short, 64) > queue_replicas(cfg, 20.0, long, 64)
+    # With only the TTFT limit named, the output does not change what a request may wait.
+    ttft_only = replace(cfg, slo=replace(cfg.slo, attain=("ttft",)))
+    assert queue_replicas(ttft_only, 20.0, short, 64) == queue_replicas(ttft_only, 20.0, Mix(64, 400, 1.0), 64)
+
+
+def test_a_mix_that_misses_the_slo_even_alone_needs_no_queue(profile_path):
+    """One-token outputs after prompts whose prefill alone is over the per-token limit: infeasible,
+    as the SLO's attainment counts them, so no count of replicas is asked for them."""
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), ttft_slo=1000), load_profile(profile_path))
+    assert queue_replicas(cfg, 20.0, Mix(900, 1, 1.0), 64) == 0
 
 
 def test_bursts_shorter_than_a_start_up_are_planned_for_between_them(profile_path):

@@ -271,28 +271,45 @@ def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int
     little more than the per-token limit times its tokens for its first one. The pods measure only the
     mean output, so the outputs are taken as exponential around it, as the prompts are
     (:func:`autoscaler.capacity.exponential_lengths`); those with no wait to spare are infeasible and do
-    not count, as the SLO's attainment leaves them out. The count is the fewest ``c`` whose probability
-    of waiting past the budget, averaged over the outputs, is within ``1 - target``.
+    not count, as the SLO's attainment leaves them out. ``S`` and the decode steps after the first token
+    are those of the batch each of ``c`` replicas runs at its share of ``rate`` (:func:`running_batch`),
+    not of the fullest batch the per-token target allows: a lightly loaded replica steps fast. The
+    count is the fewest ``c`` whose probability of waiting past the budget, averaged over the outputs,
+    is within ``1 - target``.
     """
     if rate <= 0:
         return 0
     profile = cfg.profile
-    batch = slo_batch(profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
-    service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
-    step = step_estimate(profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
+    most = slo_batch(profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
     outputs = exponential_lengths(profile, mix.output_tokens)
-    slacks = [b for b in (wait_budget_s(cfg.slo, k, step) - service for k in outputs) if b > 0]
-    if not slacks:
-        return 0  # the mix's requests miss the SLO even alone: no replica count helps them
-    allowed = (1 - cfg.slo.target) * len(slacks)
-    c = max(math.floor(rate * service), 0) + 1
+    c = 1
     while c < limit:
-        waits = erlang_c(c, rate * service)
-        decay = c / service - rate
-        if waits * sum(math.exp(-decay * slack) for slack in slacks) <= allowed:
-            return c
+        batch = running_batch(cfg, rate * mix.choices / c, mix, most)
+        service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
+        step = step_estimate(profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
+        slacks = [b for b in (wait_budget_s(cfg.slo, k, step) - service for k in outputs) if b > 0]
+        if not slacks:
+            return 0  # the mix's requests miss the SLO even alone: no replica count helps them
+        if rate * service < c:
+            waits = erlang_c(c, rate * service)
+            decay = c / service - rate
+            if waits * sum(math.exp(-decay * slack) for slack in slacks) <= (1 - cfg.slo.target) * len(slacks):
+                return c
         c += 1
     return limit
+
+
+def running_batch(cfg: PlannerConfig, choices_per_s: float, mix: Mix, most: int) -> int:
+    """The sequences a replica runs at ``choices_per_s``: by Little's law, the rate times how long a
+    choice decodes, at the steps that batch makes (a few rounds of that fixed point), at most ``most``."""
+    batch = 1
+    for _ in range(8):
+        step = step_estimate(cfg.profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
+        nxt = min(max(math.ceil(choices_per_s * mix.output_tokens * step), 1), most)
+        if nxt == batch:
+            break
+        batch = nxt
+    return batch
 
 
 def scale_in_hold(

@@ -175,8 +175,9 @@ def render(data: dict[str, Any]) -> str:
         f"{worst['model_rate'] / worst['carried_rate']:.2f}x (at the mean prompt "
         f"{worst['model_at_mean_rate'] / worst['carried_rate']:.2f}x). What remains is the per-token limit "
         "on short outputs: the model counts a step's latency, while a request of a few tokens after a long "
-        "prompt spends most of its time before its first token, which the mean lengths do not show; the "
-        "planner's `plan_fraction` and `headroom` keep a margin for it. Below 1 the planner holds more than "
+        "prompt spends most of its time before its first token, which the mean lengths do not show. This "
+        "throughput model leaves it to the planner's TTFT queue (`autoscaler.planner.queue_replicas`), which "
+        "gives each output length the wait its per-token limit leaves it. Below 1 the planner holds more than "
         f"the mix needs; the lowest is {best['name']}'s {best['model_rate'] / best['carried_rate']:.2f}x (at the "
         f"mean prompt {best['model_at_mean_rate'] / best['carried_rate']:.2f}x).",
         "",

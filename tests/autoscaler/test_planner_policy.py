@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from autoscaler import cli
 from autoscaler.actuate.kubernetes import DeploymentScaler
 from autoscaler.aggregate import LatencyStats, PodSample, WindowAggregator, WindowStats
-from autoscaler.capacity import choices_per_second
+from autoscaler.capacity import choices_per_second, step_estimate
 from autoscaler.collect.direct import DirectSource, StaticTargets
 from autoscaler.collect.exposition import parse_exposition
 from autoscaler.config import ConfigError, PlannerSpec, RateLimit, ScalerSpec, parse_config, parse_registration
@@ -28,6 +28,7 @@ from autoscaler.planner import (
     planner_config,
     planner_decide,
     queue_replicas,
+    running_batch,
     scale_in_hold,
     significant_slope,
     trend,
@@ -450,6 +451,20 @@ def test_short_outputs_may_wait_less_for_their_first_token(profile_path):
     # With only the TTFT limit named, the output does not change what a request may wait.
     ttft_only = replace(cfg, slo=replace(cfg.slo, attain=("ttft",)))
     assert queue_replicas(ttft_only, 20.0, short, 64) == queue_replicas(ttft_only, 20.0, Mix(64, 400, 1.0), 64)
+
+
+def test_a_replica_runs_the_batch_its_share_of_the_load_makes(profile_path):
+    """Little's law: the sequences running are the rate times how long each decodes, at the steps that
+    batch makes; one at a trickle, the most the per-token target allows under a flood."""
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), ttft_slo=1000), load_profile(profile_path))
+    mix = Mix(64, 100, 1.0)
+    batches = [running_batch(cfg, rate, mix, 16) for rate in (0.01, 1.0, 5.0, 1e6)]
+    assert batches[0] == 1 and batches[-1] == 16
+    assert batches == sorted(batches)
+    middle = batches[1]
+    step = step_estimate(cfg.profile, middle, mix.prompt_tokens, mix.output_tokens, mix.choices)
+    assert 1 < middle < 16
+    assert middle == math.ceil(1.0 * mix.output_tokens * step)  # a fixed point of the law
 
 
 def test_a_mix_that_misses_the_slo_even_alone_needs_no_queue(profile_path):

@@ -222,11 +222,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    harness.output_arguments(parser)
-    args = parser.parse_args(argv)
-    harness.publish(render(harness.results(args, measure)), args.report)
-    return 0
+    return harness.main(__doc__, measure, render, argv)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,19 @@ def results(args: argparse.Namespace, measure: Callable[[argparse.Namespace], di
     return data
 
 
+def main(
+    doc: str | None, measure: Callable[[argparse.Namespace], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str], argv: list[str] | None = None,
+) -> int:  # fmt: skip
+    """The command line of a benchmark that measures (or reads `--render`) one results file and
+    renders one report from it: `doc`'s first line is its description."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
+    output_arguments(parser)
+    args = parser.parse_args(argv)
+    publish(render(results(args, measure)), args.report)
+    return 0
+
+
 def publish(text: str, report: Path | None) -> None:
     """A rendered report to stdout, and to `report` when given."""
     print(text)

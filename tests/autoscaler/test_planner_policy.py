@@ -467,6 +467,15 @@ def test_a_replica_runs_the_batch_its_share_of_the_load_makes(profile_path):
     assert middle == math.ceil(1.0 * mix.output_tokens * step)  # a fixed point of the law
 
 
+def test_short_outputs_slowed_by_a_full_batch_ask_for_replicas_not_for_none(profile_path):
+    """Feasible alone, a short output may have no wait to spare behind a full batch's slow steps: that
+    is a miss to plan replicas against (more replicas, smaller batches), not an infeasible request."""
+    cfg = planner_config(PlannerSpec(profile=str(profile_path), ttft_slo=1000), load_profile(profile_path))
+    counts = [queue_replicas(cfg, rate, Mix(64, 4, 1.0), 64) for rate in (1.0, 20.0, 60.0, 200.0)]
+    assert all(c >= 1 for c in counts)
+    assert counts == sorted(counts)
+
+
 def test_a_mix_that_misses_the_slo_even_alone_needs_no_queue(profile_path):
     """One-token outputs after prompts whose prefill alone is over the per-token limit: infeasible,
     as the SLO's attainment counts them, so no count of replicas is asked for them."""

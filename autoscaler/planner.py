@@ -283,12 +283,13 @@ def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int
     most = slo_batch(profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
     # The outputs that meet the SLO alone on an idle replica (a batch of one); the others are infeasible.
     lengths = exponential_lengths(profile, mix.output_tokens)
-    outputs = [k for k, slack in zip(lengths, _slacks(cfg, mix, 1, lengths), strict=True) if slack > 0]
+    lightest = prefill_service_s(cfg, mix.prompt_tokens, 1, mix.output_tokens)
+    outputs = [k for k, slack in zip(lengths, _slacks(cfg, mix, 1, lightest, lengths), strict=True) if slack > 0]
     if not outputs:
         return 0  # the mix's requests miss the SLO even alone: no replica count helps them
     allowed = (1 - cfg.slo.target) * len(outputs)
     # Fewer replicas than the prefills' load at the lightest batch would saturate at any batch.
-    c = max(math.floor(rate * prefill_service_s(cfg, mix.prompt_tokens, 1, mix.output_tokens)), 0) + 1
+    c = max(math.floor(rate * lightest), 0) + 1
     while c < limit:
         batch = running_batch(cfg, rate * mix.choices / c, mix, most)
         service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
@@ -296,17 +297,18 @@ def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int
             waits = erlang_c(c, rate * service)
             decay = c / service - rate
             # An output with no wait to spare at this batch misses whenever it waits at all.
-            missed = sum(math.exp(-decay * slack) if slack > 0 else 1.0 for slack in _slacks(cfg, mix, batch, outputs))
+            slacks = _slacks(cfg, mix, batch, service, outputs)
+            missed = sum(math.exp(-decay * slack) if slack > 0 else 1.0 for slack in slacks)
             if waits * missed <= allowed:
                 return c
         c += 1
     return limit
 
 
-def _slacks(cfg: PlannerConfig, mix: Mix, batch: int, outputs: list[int]) -> list[float]:
-    """What a choice of each of ``outputs`` tokens may wait for its prefill on a replica running ``batch``."""
+def _slacks(cfg: PlannerConfig, mix: Mix, batch: int, service: float, outputs: list[int]) -> list[float]:
+    """What a choice of each of ``outputs`` tokens may wait beyond its prefill ``service`` on a replica
+    running ``batch``."""
     step = step_estimate(cfg.profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
-    service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
     return [wait_budget_s(cfg.slo, k, step) - service for k in outputs]
 
 

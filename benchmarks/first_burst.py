@@ -32,29 +32,16 @@ from typing import Any
 from benchmarks import harness
 from benchmarks.scaling.experiments import experiment
 from benchmarks.scaling.fleet import ROWS
-from nlgsim.cli import build_parser, plan_from_args
-from nlgsim.experiment import parse_workload
+from benchmarks.scaling.runner import plan_of
 from nlgsim.feasibility import infeasible
 from nlgsim.oracle import ORACLE_WARMUP_S
 from nlgsim.profile import EngineProfile, load_profile
-from nlgsim.protocol import Plan
+from nlgsim.protocol import Plan, trace_requests
 from nlgsim.results import summarize
 from nlgsim.simulator import Scenario, simulate
 from nlgsim.workload import Request
 
 RESULTS = harness.REPO / "benchmarks/results/scaling_policies.json"
-
-
-def plan_of(key: str) -> Plan:
-    """The experiment's plan, as `python -m benchmarks.scaling` runs it."""
-    return plan_from_args(build_parser().parse_args(["run", *experiment(key).args]))
-
-
-def trace_of(plan: Plan, profile: EngineProfile) -> list[Request]:
-    return parse_workload(
-        plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths,
-        scale=plan.scale,
-    ).requests  # fmt: skip
 
 
 def missed_on(plan: Plan, profile: EngineProfile, burst: list[Request], replicas: int) -> int:
@@ -134,9 +121,9 @@ def measure_window(
 
 
 def measure_row(trace_name: str, scale: int, key: str, data: dict[str, Any]) -> dict[str, Any]:
-    plan = plan_of(key)
+    plan = plan_of(experiment(key))
     profile = load_profile(plan.profile)
-    trace = trace_of(plan, profile)
+    trace = trace_requests(plan)
     experiment_data = data["experiments"][key]
     count = len(experiment_data["replicates"])
     windows = [measure_window(plan, profile, trace, experiment_data, i) for i in range(count)]

@@ -136,7 +136,9 @@ def _profile(path: str) -> EngineProfile:
     return load_profile(path)
 
 
-def _trace(plan: Plan) -> list[Request]:
+def trace_requests(plan: Plan) -> list[Request]:
+    """The trace protocol's requests, as the plan parses its workload (window by window they are cut
+    from these)."""
     return parse_workload(
         plan.workload, _profile(plan.profile), start=plan.start, duration=plan.duration, speed=plan.speed,
         lengths=plan.lengths, scale=plan.scale,
@@ -145,7 +147,7 @@ def _trace(plan: Plan) -> list[Request]:
 
 @functools.lru_cache(maxsize=4)
 def _trace_cached(plan: Plan) -> tuple[Request, ...]:
-    return tuple(_trace(plan))
+    return tuple(trace_requests(plan))
 
 
 def window_length(plan: Plan, horizon: float) -> float:

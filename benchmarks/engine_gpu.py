@@ -2,7 +2,7 @@ r"""The engine on one CUDA GPU, gpt2-xl in fp16, against the HBM-bandwidth roofl
 
     python -m benchmarks.engine_gpu --parts steps runs triton compile --json $OUT/engine_gpu.json
     python -m benchmarks.engine_gpu --render benchmarks/results/engine_gpu.json \
-        benchmarks/results/engine_gpu_compile.json --tuning benchmarks/results/tune_gpu_kernels.json \
+        benchmarks/results/engine_gpu_triton.json --tuning benchmarks/results/tune_gpu_kernels.json \
         --report benchmarks/engine_gpu.md
 
 1. Bandwidth: a large device-to-device copy (bytes read + written over time), the roofline's rate.

@@ -81,7 +81,7 @@ def test_the_committed_choices_are_what_the_committed_tuning_measured(tuning_fil
 @pytest.mark.parametrize(
     ("report", "results", "tuning"),
     [
-        ("engine_gpu.md", ["engine_gpu.json", "engine_gpu_compile.json"], "tune_gpu_kernels.json"),
+        ("engine_gpu.md", ["engine_gpu.json", "engine_gpu_triton.json"], "tune_gpu_kernels.json"),
         ("engine_gpu_h200.md", ["engine_gpu_h200.json", "engine_gpu_h200_triton.json"], "tune_gpu_kernels_h200.json"),
     ],
 )

@@ -7,9 +7,10 @@ the engine's admission and batching) and with the one that runs the engine's sch
         --json benchmarks/results/sim_replica_speed.json --report benchmarks/sim_replica_speed.md
 
 Beside the workloads, one fleet run of the trace protocol (`FLEET`: the oracle's candidates included,
-whose under-provisioned fleets run a full batch every step), with the garbage collector's share of it.
-`--baseline` shows an earlier results file's ratios beside (the committed one: the run before the lazy
-scheduler, on 7f0aca7).
+whose under-provisioned fleets run a full batch every step), with the garbage collector's share of it,
+and one whole experiment of the scaling report (`REPORT_EXPERIMENT`, wall-clock, as the report runs
+it): issue 23's bound is on the time the report takes to render. `--baseline` shows an earlier
+results file's ratios beside (the committed one: the previous measurement).
 
 The cluster builds `nlgsim.replica.Replica` by name; until the simulator switches, this script swaps
 the name for the duration of a run, as the equality test in tests/sim/test_scheduled_replica.py does.
@@ -33,8 +34,11 @@ from typing import Any
 
 import nlgsim.cluster
 from benchmarks import harness
+from benchmarks.scaling.experiments import experiment
+from benchmarks.scaling.runner import plan_of
 from nlgsim import cli
 from nlgsim.profile import load_profile
+from nlgsim.protocol import run_plan
 from nlgsim.replica import Replica
 from nlgsim.scheduled_replica import ScheduledReplica
 from nlgsim.simulator import Scenario, simulate
@@ -60,6 +64,10 @@ MEASURED_FILES = (
     "triton_backend/length_predictor.py",
 )
 ALLOWED_SLOWDOWN = 1.5
+#: The scaling report's experiment timed whole with each replica: the fleet-scale one at x10, whose runs
+#: are mostly the policies' (as in the report), not the oracle's.
+REPORT_EXPERIMENT = "trace-conv-h100-x10"
+REPORT_WORKERS = 2  # as the report runs
 FLEET_NAME = "azure2023_conv x10, scale:0.125, fixed:6, 400 s, 1 window (trace protocol, oracle included)"
 FLEET = [
     "run", "--protocol", "trace", "--profile", H100, "--workload", "trace:benchmarks/traces/azure2023_conv.csv",
@@ -126,6 +134,20 @@ def fleet(repeat: int) -> dict[str, Any]:
     }
 
 
+def report_experiment(key: str, workers: int) -> dict[str, Any]:
+    """One experiment of the scaling report as `python -m benchmarks.scaling` runs it (its oracle and
+    every policy on every window, `workers` processes), wall-clock seconds with each replica. The
+    scheduler's goes first: the trace it parses stays cached for the copy's run."""
+    plan = plan_of(experiment(key))
+    wall = {}
+    for label in ("scheduler", "copy"):
+        with building(REPLICAS[label]):
+            start = time.perf_counter()
+            run_plan(plan, workers)
+            wall[label] = time.perf_counter() - start
+    return {"experiment": key, "workers": workers, "wall_s": wall}
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
     rows = []
@@ -152,6 +174,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "repeat": args.repeat,
         "rows": rows,
         "fleet": fleet(args.repeat),
+        "report": report_experiment(REPORT_EXPERIMENT, REPORT_WORKERS),
+        "load_after_report": os.getloadavg()[0],
     }
 
 
@@ -201,6 +225,16 @@ def render(data: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
                 f"{collecting['scheduler']:.1f} CPU-s (the scheduler's requests, choices and their lists "
                 "are objects it tracks)."
             )
+    report = data.get("report")
+    if report:
+        wall = report["wall_s"]
+        lines += [
+            "",
+            f"The scaling report's `{report['experiment']}` experiment, as `python -m benchmarks.scaling` runs it "
+            f"({report['workers']} workers, wall-clock, measured once; load {data['load_after_report']:.1f} after): "
+            f"{wall['copy']:.0f} s with the copy, {wall['scheduler']:.0f} s with the scheduler's replica: "
+            f"{wall['scheduler'] / wall['copy']:.2f}x.",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -51,7 +51,7 @@ from nlgsim.feasibility import infeasible
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import RequestState
 from nlgsim.results import request_table, violations
-from nlgsim.simulator import Scenario, simulate
+from nlgsim.simulator import Scenario, Simulation
 from nlgsim.slo import SLO
 from nlgsim.workload import Request
 
@@ -72,23 +72,60 @@ def _attainment(
     """Attainment of the requests ``scored`` marks when all of ``requests`` (in arrival order) run on
     ``replicas`` fixed replicas; with ``give_up``, NaN as soon as it is known to fall short of the target."""
     total = max(int(scored.sum()), 1)
-    ids = {r.id for r, s in zip(requests, scored, strict=True) if s}
     missed = 0
+    passed = 0  # of `limits`, those passed so far
 
     def hopeless(state: RequestState) -> bool:
-        nonlocal missed
-        if state.request.id in ids:
+        nonlocal missed, passed
+        now = state.finish
+        while passed < len(limits) and limits[passed][0] < now:
+            _, first_token, i = limits[passed]
+            passed += 1
+            late = watched[i]
+            if not counted[i] and (late.first_token < 0 if first_token else late.finish < 0):
+                counted[i] = 1
+                missed += 1
+        i = index.get(id(state), -1)
+        if i >= 0 and not counted[i]:
+            counted[i] = 1
             arrival = state.request.arrival
             missed += slo.missed_one(state.finish - arrival, state.first_token - arrival, state.per_token)
         return give_up and 1.0 - missed / total < slo.target
 
-    log = simulate(
+    sim = Simulation(
         Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing), stop=hopeless
     )
+    by_id = {state.request.id: state for state in sim.states}
+    watched = [by_id[r.id] for r, s in zip(requests, scored, strict=True) if s]
+    index = {id(state): i for i, state in enumerate(watched)}
+    # A scored request is known to miss once a limit it must meet has passed with it unfinished (or,
+    # for TTFT, without its first token): counted then, not when it finishes, so a count of replicas
+    # that falls short is given up on while its queue is still short. The answer is the same: a
+    # request counted early misses when it finishes, and the count only grows.
+    limits = sorted(
+        (t, first_token, i) for i, state in enumerate(watched) for t, first_token in _limits(state.request, slo)
+    )
+    counted = bytearray(len(watched))  # 1: its miss, or its meeting the SLO, is counted
+    log = sim.run()
     if log.stopped:
         return math.nan
     bad = slo.missed(violations(request_table(log), slo))
     return 1.0 - float((bad & scored).sum()) / total
+
+
+def _limits(request: Request, slo: SLO) -> list[tuple[float, bool]]:
+    """Each time after which ``request`` misses ``slo`` if it has not finished by then (or, where the
+    flag is set, has not had its first token: its TTFT limit). Per-token latency is the worst choice's
+    latency over its tokens, so a request unfinished once its longest choice's limit has passed has
+    some choice past its own."""
+    limits = []
+    if "request" in slo.attain:
+        limits.append((request.arrival + slo.request_s, False))
+    if "pertoken" in slo.attain:
+        limits.append((request.arrival + slo.per_token_s * max(request.output_tokens), False))
+    if "ttft" in slo.attain:
+        limits.append((request.arrival + slo.ttft_s, True))
+    return limits
 
 
 @dataclass(frozen=True)

@@ -135,9 +135,10 @@ class ScheduledReplica:
         """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
         a step ends before ``until`` and no choice ends in it; returns when the step then in progress
         ends. ``until`` is the caller's promise that nothing reaches or reads this replica before then
-        (``Replica.decode_ahead``'s contract). The scheduler runs the steps (``run_decode_steps``: it
-        stops before one that needs a page that is not free); each is timed and recorded with the
-        arithmetic of ``start`` and ``finish``, so the run is the same, bit for bit, as stepping."""
+        (``Replica.decode_ahead``'s contract). The scheduler says how many steps fit
+        (``decode_steps_that_fit``: none past one that needs a page that is not free) and takes them
+        back; each is timed and recorded with the arithmetic of ``start`` and ``finish``, so the run is
+        the same, bit for bit, as stepping."""
         schedule = self._schedule
         assert schedule is not None, "decode_ahead without a step started"
         if schedule.prefill or not schedule.decode_count or end >= until:
@@ -161,6 +162,7 @@ class ScheduledReplica:
         counts[bisect_left(bounds, value)] += batch
         total_s, count = itl.total + value * batch, itl.count + batch
         steps = 1
+        step_end = end
         while steps < limit:
             if inline:
                 assert above is not None
@@ -181,9 +183,16 @@ class ScheduledReplica:
             end = step_end
             steps += 1
         itl.total, itl.count = total_s, count
-        self.scheduler.run_decode_steps(schedule, steps)
+        scheduler = self.scheduler
+        scheduler.take_back_decode_steps(schedule, steps)
         self.metrics.generation_tokens += batch * steps
         self._record()
+        if steps < limit:
+            # The step after them fits too, and `start` would time it as the loop just did: it is
+            # `schedule` again, in progress until `step_end`.
+            scheduler.schedule_decode_again(schedule)
+            self._t0 = end
+            return step_end
         self._schedule = None
         return self.start(end)
 

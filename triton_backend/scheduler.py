@@ -188,10 +188,11 @@ class Scheduler:
         if self._lazy:
             step, pool = self._step, self._pages
             takers = self._page_phase[step % pool.page_size]
-            if len(takers) > pool.free_pages:
-                self._plan_decode_lazy(schedule, takers)
-            elif takers:  # most steps: every taker's page is free
-                self._give_pages(takers)
+            if takers:
+                if len(takers) > pool.free_pages:
+                    self._plan_decode_lazy(schedule, takers)
+                else:  # most steps: every taker's page is free
+                    self._give_pages(takers)
             count = schedule.decode_count = len(self._decoding)
             schedule.decode_context = self._offsets + count * step
             if self._waiting and count < self.config.max_num_seqs:
@@ -378,15 +379,31 @@ class Scheduler:
         one taken beyond it only the free ones)."""
         steps = self.decode_steps_that_fit(schedule, steps)
         if steps:
-            step, size = self._step, self._pages.page_size
-            # The later steps' takers, in the order stepping gives them pages (`schedule` took its own).
-            # None ends or leaves on the way: each residue's list holds for the whole run.
-            phases, takers = self._page_phase, list[_Taker]()
-            for t in range(step + 1, step + steps):
-                takers += phases[t % size]
-            self._give_pages(takers)
-            self._step += steps
+            self.take_back_decode_steps(schedule, steps)
         return steps
+
+    def take_back_decode_steps(self, schedule: Schedule, steps: int) -> None:
+        """`run_decode_steps` for a caller that has `decode_steps_that_fit(schedule, n)`'s answer: `steps`
+        is at most that, and nothing changed since."""
+        step, size = self._step, self._pages.page_size
+        # The later steps' takers, in the order stepping gives them pages (`schedule` took its own).
+        # None ends or leaves on the way: each residue's list holds for the whole run.
+        phases, takers = self._page_phase, list[_Taker]()
+        for t in range(step + 1, step + steps):
+            takers += phases[t % size]
+        self._give_pages(takers)
+        self._step += steps
+
+    def schedule_decode_again(self, schedule: Schedule) -> None:
+        """Lazy path: makes `schedule` the next step, after `take_back_decode_steps(schedule, k)` with k
+        below what `decode_steps_that_fit` said: what `schedule()` would plan then, without building
+        it anew. The same rows decode, a token longer each, and the choices due take their pages (they
+        fit: k is below the answer). Nobody is admitted: the head that waited at `schedule` waits still
+        (`run_decode_steps` says why), and nothing prefills (`schedule` had nothing to)."""
+        takers = self._page_phase[self._step % self._pages.page_size]
+        if takers:
+            self._give_pages(takers)
+        schedule.decode_context = self._offsets + schedule.decode_count * self._step
 
     def decode_steps_that_fit(self, schedule: Schedule, steps: int) -> int:
         """The steps `run_decode_steps(schedule, steps)` would run, and nothing changed: the caller can
@@ -615,11 +632,13 @@ class Scheduler:
         if not takers:
             return
         unreserved = 0
-        for (_, _, seq), page in zip(takers, self._pages.take(len(takers)), strict=True):
+        taken = iter(self._pages.take(len(takers)))  # as many as takers: take raises otherwise
+        for entry in takers:
+            seq = entry[2]
             pages = seq.pages
             if seq.reserved_pages > len(pages):
                 unreserved += 1
-            pages.append(page)
+            pages.append(next(taken))
         self._outstanding -= unreserved
 
     def _take_page(self, seq: Sequence) -> None:

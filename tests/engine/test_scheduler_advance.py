@@ -43,9 +43,8 @@ def held(scheduler: Scheduler, owned: dict[str, Request]) -> list[tuple[object, 
     ]
 
 
-def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, ...]]:
-    """The timeline; `ahead`: a lazy run takes up to that many decode-only steps at once, and the
-    timeline shows each step's state as stepping would (the steps run at once in one entry)."""
+def added(scheduler: Scheduler, lazy: bool) -> dict[str, Request]:
+    """`requests()` added to `scheduler`, as the simulator adds them where it is lazy; by id."""
     owned = {r.request_id: r for r in requests()}
     if lazy:
         owned = {k: Request.counted(k, r.prompt_tokens, r.params, r.arrival) for k, r in owned.items()}
@@ -55,6 +54,13 @@ def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, 
             for seq in request.sequences:
                 if seq.index:
                     scheduler.expect_stop(seq, stop_at(request, seq.index))
+    return owned
+
+
+def run(scheduler: Scheduler, lazy: bool, ahead: int = 1) -> list[tuple[object, ...]]:
+    """The timeline; `ahead`: a lazy run takes up to that many decode-only steps at once, and the
+    timeline shows each step's state as stepping would (the steps run at once in one entry)."""
+    owned = added(scheduler, lazy)
     timeline = []
     while scheduler.has_work:
         schedule = scheduler.schedule()
@@ -107,6 +113,38 @@ def test_steps_run_at_once_end_where_stepping_does(pages: int) -> None:
         i += steps
         assert stepped[i - 1][2:] == (ended, state, used, preempted, running)
     assert i == len(stepped)
+
+
+@pytest.mark.parametrize("pages", [64, 16], ids=["roomy pool", "short pool"])
+def test_a_decode_step_scheduled_again_is_the_one_stepping_plans(pages: int) -> None:
+    """The simulator's run-ahead keeps the step after the run in progress: it takes back all but the
+    last step that fits and has the scheduler make the step's schedule again. That schedule plans what
+    stepping plans there, and the steps after it end as stepping's do."""
+    stepped = run(build(pages, True), lazy=True)
+    scheduler = build(pages, True)
+    owned = added(scheduler, lazy=True)
+    step, again = 0, 0
+    schedule = scheduler.schedule()
+    while True:
+        assert shape(schedule) == stepped[step][1], step
+        fit = scheduler.decode_steps_that_fit(schedule, 100)
+        if fit >= 2:
+            scheduler.take_back_decode_steps(schedule, fit - 1)
+            step += fit - 1
+            scheduler.schedule_decode_again(schedule)
+            again += 1
+            continue
+        ended = [(seq.request_id, seq.index) for seq in scheduler.advance(schedule)]
+        assert scheduler._outstanding == scheduler._outstanding_pages()
+        stats = scheduler.make_stats()
+        state = (ended, held(scheduler, owned), stats.kv_pages_used, stats.preemptions, stats.running_requests)
+        assert stepped[step][2:] == state, step
+        step += 1
+        if not scheduler.has_work:
+            break
+        schedule = scheduler.schedule()
+    assert step == len(stepped)
+    assert again > 3, "some decode steps should be scheduled again"
 
 
 def test_the_eager_scheduler_refuses_a_request_without_its_prompts_tokens() -> None:

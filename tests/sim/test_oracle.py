@@ -7,6 +7,7 @@ the same target in every interval never uses fewer GPU-seconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 from sim_testkit import paper_profile
 
 from nlgsim.feasibility import infeasible
-from nlgsim.oracle import oracle
+from nlgsim.oracle import _attainment, oracle
 from nlgsim.profile import load_profile
 from nlgsim.results import request_table, summarize, violations
 from nlgsim.simulator import Scenario, simulate
@@ -156,3 +157,33 @@ def test_on_azure_slices_the_oracle_meets_its_target_is_monotone_and_under_any_p
             met.append(n)
             assert s.gpu_seconds >= both.gpu_seconds - 1e-6
     assert met
+
+
+@pytest.mark.parametrize(
+    "slo",
+    [
+        SLO(per_token_s=0.1, attain=("pertoken",)),
+        SLO(request_s=2.0, attain=("request",)),
+        SLO(ttft_s=0.5, attain=("ttft",)),
+        SLO(request_s=2.0, ttft_s=0.5, attain=("request", "ttft")),
+    ],
+    ids=["per-token", "request latency", "ttft", "request latency and ttft"],
+)
+def test_a_count_given_up_on_early_is_one_that_falls_short_run_to_the_end(trace, slo):
+    """The oracle gives up on a replica count once enough scored requests are past a limit unserved,
+    before they finish: it gives up exactly on the counts that, run to the end, fall short, and a count
+    that meets the target scores the same either way."""
+    reqs = sorted(trace, key=lambda r: r.arrival)
+    window = [r for r in reqs if 30.0 <= r.arrival < 120.0]  # the burst's interval (90-110 s) and its warm-up
+    shifted = [replace(r, arrival=r.arrival - window[0].arrival) for r in window]
+    scored = np.array([r.arrival >= 90.0 for r in window]) & ~infeasible(PROFILE, window, slo)
+    verdicts = []
+    for n in range(1, 12):
+        early = _attainment(PROFILE, shifted, scored, n, slo=slo, routing="round-robin")
+        full = _attainment(PROFILE, shifted, scored, n, slo=slo, routing="round-robin", give_up=False)
+        if full < slo.target:
+            assert math.isnan(early), n
+        else:
+            assert early == full, n
+        verdicts.append(full >= slo.target)
+    assert verdicts[0] is False and verdicts[-1] is True, "the counts should span the answer"

@@ -17,8 +17,9 @@ tries n = min, min + 1, ... and takes the first that meets the target, not the f
 from the previous interval's answer: attainment is not quite monotone in n (round-robin puts requests
 on other replicas at each count), and a walk would make an interval's answer depend on its
 neighbours, so that adding load could lower it. A candidate's run stops as soon as more scored
-requests have missed than the target allows (the answer is then known: too few), so the counts below
-the answer cost little however long their queues would grow.
+requests have missed than the target allows (the answer is then known: too few), a request counted
+as missed once a limit it must meet has passed with it unserved, so the counts below the answer cost
+little however long their queues would grow.
 
 With every feasible request alone on a replica each meets the SLO, so an interval can fall short
 only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the

@@ -23,7 +23,8 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    margin on top); and the TTFT of the replicas as an M/M/c queue of prefills, each request allowed
    the wait its SLO leaves it (:func:`queue_replicas`: a short output's per-token limit leaves little);
    it scales in only when no burst that needed the last replica is due within a start-up
-   (:func:`scale_in_hold`, from the gaps between the bursts seen);
+   (:func:`scale_in_hold`, from the gaps between the bursts seen) and the TTFT queue would still be
+   met by one replica fewer at ``N / (N - 1)`` of the rate (:func:`queue_scale_in_hold`);
 7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
    quantile is over what the SLO allows while every pod is ready, one replica more, but only when
    the evidence says waiting or the batch made requests slow (:func:`load_evidence`: queue time,
@@ -362,6 +363,22 @@ def scale_in_hold(
     )
 
 
+def queue_scale_in_hold(cfg: PlannerConfig, rate: float, mix: Mix, current: int, limit: int) -> str:
+    """Why ``current`` replicas must stay for the first token ("" when one may go): the TTFT queue
+    (:func:`queue_replicas`) at ``current / (current - 1)`` times ``rate`` needs them all.
+
+    Near the count the queue asks for, its answer turns on small changes of the measured rate and mix:
+    a replica let go on one round is asked back on the next, and the requests between meet one replica
+    fewer for a whole start-up. Kept only while the remaining replicas would carry the load the one
+    leaving carries as well, a replica goes once the queue is clear of that margin."""
+    if current <= 1 or rate <= 0:
+        return ""
+    heavier = queue_replicas(cfg, rate * current / (current - 1), mix, limit)
+    if heavier < current:
+        return ""
+    return f"the TTFT queue at {current}/{current - 1} of the planned rate needs {heavier}"
+
+
 def longest_idle_ttft_s(profile: EngineProfile) -> float:
     """TTFT of the longest prompt the model takes, alone on an idle replica: no request's TTFT is
     longer unless it waited (behind other prefills or for a batch slot)."""
@@ -467,6 +484,7 @@ def planner_decide(
         why += f"; {tail}"
     if want < current:
         hold = scale_in_hold(history, now, cfg, current)
+        hold = hold or queue_scale_in_hold(cfg, planned / mix.choices, mix, current, spec.max_deployment_count)
         if hold:
             want = current
             why += f"; held: {hold}"

@@ -28,6 +28,7 @@ from autoscaler.planner import (
     planner_config,
     planner_decide,
     queue_replicas,
+    queue_scale_in_hold,
     running_batch,
     scale_in_hold,
     significant_slope,
@@ -557,3 +558,34 @@ def test_a_target_first_seen_is_not_scaled_in_before_a_stabilization_window(prof
     planner = Planner(spec_for(profile_path), 4)
     assert planner.at(0, window(1)) == 4
     assert planner.at(65, window(1)) < 4
+
+
+def test_scale_in_waits_while_one_replica_fewer_would_not_meet_the_ttft_queue_at_its_share(profile_path):
+    """A replica stays while the TTFT queue at N/(N-1) of the rate needs all N: near the count the queue
+    asks for, a replica let go on one round is asked back on the next."""
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    mix = Mix(64, 4, 1.0)  # short outputs: their first token has little wait to spare
+    rates = [0.5 * k for k in range(1, 400)]
+    # The highest rate one replica fewer carries, and the same rate with room to spare.
+    edge = max(r for r in rates if queue_replicas(cfg, r, mix, 64) == 2)
+    assert queue_replicas(cfg, edge * 3 / 2, mix, 64) >= 3
+    assert "TTFT queue at 3/2 of the planned rate needs" in queue_scale_in_hold(cfg, edge, mix, 3, 64)
+    clear = max(r for r in rates if queue_replicas(cfg, r * 3 / 2, mix, 64) <= 2)
+    assert queue_replicas(cfg, clear, mix, 64) <= 2
+    assert queue_scale_in_hold(cfg, clear, mix, 3, 64) == ""
+    assert queue_scale_in_hold(cfg, edge, mix, 1, 64) == ""  # one replica always stays
+    assert queue_scale_in_hold(cfg, 0.0, mix, 3, 64) == ""
+
+
+def test_the_planner_holds_a_replica_the_ttft_queue_would_ask_back(profile_path):
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    mix = Mix(64, 4, 1.0)
+    rates = [0.5 * k for k in range(1, 400)]
+    edge = max(r for r in rates if queue_replicas(cfg, r, mix, 64) == 2)
+    p = Planner(spec, 3)
+    for t in range(0, 300, 5):
+        got = p.at(t, window(edge, prompt=64, output=4, pods=p.state.replicas))
+    assert got == 3
+    assert "held: the TTFT queue at 3/2" in p.reasons[-1]

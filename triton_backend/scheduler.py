@@ -632,13 +632,11 @@ class Scheduler:
         if not takers:
             return
         unreserved = 0
-        taken = iter(self._pages.take(len(takers)))  # as many as takers: take raises otherwise
-        for entry in takers:
-            seq = entry[2]
+        for (_, _, seq), page in zip(takers, self._pages.take(len(takers)), strict=True):
             pages = seq.pages
             if seq.reserved_pages > len(pages):
                 unreserved += 1
-            pages.append(next(taken))
+            pages.append(page)
         self._outstanding -= unreserved
 
     def _take_page(self, seq: Sequence) -> None:

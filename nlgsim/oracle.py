@@ -42,8 +42,9 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -185,6 +186,35 @@ def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: floa
     return spans
 
 
+@dataclass(frozen=True)
+class _Interval:
+    """One interval's search, as a task a worker process can take: its requests from the warm-up on,
+    shifted to start at 0, and which of them it scores."""
+
+    profile: EngineProfile
+    requests: list[Request]
+    scored: npt.NDArray[np.bool_]
+    slo: SLO
+    routing: str
+    floor: int
+    cap: int
+
+
+def _search(task: _Interval) -> _Found:
+    """The interval's replicas and attainment, and whether the target was reached within the cap (if
+    not: the floor, and the cap's attainment, as the module's docstring says)."""
+    score = functools.partial(_attainment, task.profile, task.requests, task.scored, slo=task.slo, routing=task.routing)
+    found = _fewest(score, task.floor, task.cap, task.slo.target)
+    if found is None:
+        return task.floor, score(task.cap, give_up=False), False
+    return found[0], found[1], True
+
+
+_Found = tuple[int, float, bool]
+#: ``map``, or a process pool's: how independent tasks are run.
+Mapper = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
+
+
 def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> tuple[int, float] | None:
     """The fewest replicas in ``[floor, cap]`` whose ``score`` meets ``target`` (NaN: falls short), with
     that score; None if none does."""
@@ -205,8 +235,12 @@ def oracle(
     max_replicas: int = 256,
     routing: str = "round-robin",
     progress: Callable[[float], None] | None = None,
+    map_: Mapper = map,
 ) -> OracleResult:
-    """The fewest replicas per ``slo.interval_s`` that meet ``slo.target`` over the feasible requests."""
+    """The fewest replicas per ``slo.interval_s`` that meet ``slo.target`` over the feasible requests.
+
+    The intervals are searched independently, through ``map_`` (a process pool's ``map`` spreads them
+    over its workers; the answer is the same)."""
     floor = max(min_replicas, 1)
     if floor > max_replicas:
         raise ValueError(f"min_replicas = {min_replicas} is above max_replicas = {max_replicas}")
@@ -216,9 +250,7 @@ def oracle(
     arrivals = np.array([r.arrival for r in reqs])
     horizon = float(arrivals[-1]) if len(reqs) else 0.0
     count = int(horizon // interval) + 1
-    answer: list[int] = []
-    attained: list[float] = []
-    unattainable: list[int] = []
+    tasks: list[_Interval | None] = []
     for i in range(count):
         lo, first, hi = (
             int(x) for x in np.searchsorted(arrivals, [i * interval - warmup, i * interval, (i + 1) * interval])
@@ -226,22 +258,25 @@ def oracle(
         scored = np.zeros(hi - lo, dtype=bool)
         scored[first - lo :] = feasible[first:hi]
         if not scored.any():
+            tasks.append(None)
+            continue
+        base = reqs[lo].arrival
+        shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
+        tasks.append(_Interval(profile, shifted, scored, slo, routing, floor, max_replicas))
+    searched = iter(map_(_search, [task for task in tasks if task is not None]))
+    answer: list[int] = []
+    attained: list[float] = []
+    unattainable: list[int] = []
+    for i, task in enumerate(tasks):
+        if task is None:
             answer.append(floor)
             attained.append(float("nan"))
         else:
-            base = reqs[lo].arrival
-            shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
-            score = functools.partial(_attainment, profile, shifted, scored, slo=slo, routing=routing)
-            found = _fewest(score, floor, max_replicas, slo.target)
-            if found is None:
-                # Nothing within the bounds meets the target here: charge what the cheapest policy could
-                # use (see the module's docstring).
+            n, got, reached = next(searched)
+            if not reached:
                 unattainable.append(i)
-                answer.append(floor)
-                attained.append(score(max_replicas, give_up=False))
-            else:
-                answer.append(found[0])
-                attained.append(found[1])
+            answer.append(n)
+            attained.append(got)
         if progress is not None:
             progress((i + 1) / count)
     # The last interval is charged only up to the last arrival.

@@ -38,7 +38,7 @@ from typing import Any
 from autoscaler.config import ScalerSpec, to_dict
 from nlgsim.experiment import build_policy, parse_workload, planner_config
 from nlgsim.feasibility import feasibility
-from nlgsim.oracle import ORACLE_WARMUP_S, oracle
+from nlgsim.oracle import ORACLE_WARMUP_S, Mapper, oracle
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
 from nlgsim.results import summarize
@@ -252,7 +252,7 @@ def _thesis_replicates(plan: Plan) -> tuple[str, list[Replicate], list[Request]]
 
 
 def _trace_replicates(
-    plan: Plan, say: Callable[[str], None]
+    plan: Plan, map_: Mapper, say: Callable[[str], None]
 ) -> tuple[str, list[Replicate], list[Request], OracleSummary, dict[str, int]]:
     """The windows, after the oracle over the whole trace: their bounds and opening replicas."""
     profile = _profile(plan.profile)
@@ -266,7 +266,7 @@ def _trace_replicates(
     say(f"oracle over {horizon:.0f} s of {parsed.name}")
     bound = oracle(
         profile, trace, plan.slo, min_replicas=max(plan.scaler.min_deployment_count, 1),
-        max_replicas=plan.scaler.max_deployment_count, routing=plan.routing,
+        max_replicas=plan.scaler.max_deployment_count, routing=plan.routing, map_=map_,
     )  # fmt: skip
     startup = profile.startup_s if plan.startup_s is None else plan.startup_s
     summary = OracleSummary(
@@ -291,7 +291,15 @@ def _trace_replicates(
 
 
 def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | None = None) -> ProtocolResult:
-    """Every policy on every replicate; the oracle first where the protocol needs it (trace)."""
+    """Every policy on every replicate; the oracle first where the protocol needs it (trace). With
+    ``workers`` above 1, the oracle's intervals and then the runs are spread over that many processes."""
+    if workers <= 1:
+        return _run_plan(plan, 1, map, progress)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return _run_plan(plan, workers, functools.partial(pool.map, chunksize=1), progress)
+
+
+def _run_plan(plan: Plan, workers: int, map_: Mapper, progress: Callable[[str], None] | None) -> ProtocolResult:
     say = progress or (lambda _: None)
     profile = _profile(plan.profile)
     orc: OracleSummary | None = None
@@ -299,14 +307,10 @@ def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | Non
     if plan.protocol == "thesis":
         workload, reps, everything = _thesis_replicates(plan)
     else:
-        workload, reps, everything, orc, changes = _trace_replicates(plan, say)
+        workload, reps, everything, orc, changes = _trace_replicates(plan, map_, say)
     tasks = [(plan, RunKey(p, r.index), r.initial) for r in reps for p in plan.policies]
     say(f"{len(tasks)} runs on {workers} worker(s)")
-    if workers <= 1:
-        runs = [_run_task(t) for t in tasks]
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            runs = list(pool.map(_run_task, tasks, chunksize=1))
+    runs = list(map_(_run_task, tasks))
     return ProtocolResult(
         protocol=plan.protocol,
         command=plan_json(plan),

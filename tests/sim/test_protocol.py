@@ -158,6 +158,13 @@ def test_one_worker_or_two_give_the_same_numbers(profile_file):
     assert json.dumps(run_plan(plan, workers=2).to_json()) == json.dumps(run_plan(plan, workers=1).to_json())
 
 
+def test_the_oracles_intervals_spread_over_two_workers_give_the_same_bound(trace_file, profile_file):
+    plan = trace_plan(trace_file, profile_file, policies=("fixed:2",))
+    one, two = run_plan(plan, workers=1), run_plan(plan, workers=2)
+    assert one.oracle is not None and len(set(one.oracle.replicas)) > 1  # intervals that differ
+    assert json.dumps(two.to_json()) == json.dumps(one.to_json())
+
+
 def test_run_protocol_prints_the_tables_of_the_json_it_writes(profile_file, tmp_path, capsys):
     out = tmp_path / "out"
     policies = ("request:1000", "pertoken:20", "pertoken:30", "planner", "planner:0.8")

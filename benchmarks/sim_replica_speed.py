@@ -1,61 +1,36 @@
-"""Requests simulated per CPU-second: the simulator with its own replica (`nlgsim.replica`, a copy of
-the engine's admission and batching) and with the one that runs the engine's scheduler
-(`nlgsim.scheduled_replica`), on the same workloads, fixed replicas, steps run ahead of the queue.
+"""Requests simulated per CPU-second, and the scaling report's render time: the simulator before it ran the
+engine's scheduler (its own copy of admission and batching, at `BEFORE`) against this tree's.
 
-    .venv/bin/python -m benchmarks.sim_replica_speed [--repeat 3] \
-        --baseline benchmarks/results/sim_replica_speed_before.json \
+    .venv/bin/python -m benchmarks.sim_replica_speed [--repeat 3] [--before REV] \
         --json benchmarks/results/sim_replica_speed.json --report benchmarks/sim_replica_speed.md
 
-Beside the workloads, one fleet run of the trace protocol (`FLEET`: the oracle's candidates included,
-whose under-provisioned fleets run a full batch every step), with the garbage collector's share of it,
-and one whole experiment of the scaling report (`REPORT_EXPERIMENT`, wall-clock, as the report runs
-it): issue 23's bound is on the time the report takes to render. `--baseline` shows an earlier
-results file's ratios beside (the committed one: the previous measurement).
-
-The cluster builds `nlgsim.replica.Replica` by name; until the simulator switches, this script swaps
-the name for the duration of a run, as the equality test in tests/sim/test_scheduled_replica.py does.
-CPU time of the process (`time.process_time`), best of `--repeat`, the two replicas taking turns: a
-loaded machine's stalls count less, and a change in its load falls on both.
-Issue 23 lets the simulator switch to the scheduler's replica where it is at most 1.5x slower.
+`REV` is checked out with `git archive` into a temporary directory; each measurement runs
+`benchmarks/sim_speed_side.py` in a fresh process, from one tree or the other, the two taking turns so
+that a change in the machine's load falls on both. Three measurements (`sim_speed_side`): fixed-pod
+workloads and one fleet run of the trace protocol (CPU time of the process, best of `--repeat`), and
+one whole experiment of the scaling report, wall-clock, as the report runs it (measured once): issue 23
+bounds the time the report takes to render at 1.5x what it took before.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import gc
-import io
+import json
 import os
-import time
-from collections.abc import Iterator
+import subprocess
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
-import nlgsim.cluster
-from benchmarks import harness
-from benchmarks.scaling.experiments import experiment
-from benchmarks.scaling.runner import plan_of
-from nlgsim import cli
-from nlgsim.profile import load_profile
-from nlgsim.protocol import run_plan
-from nlgsim.replica import Replica
-from nlgsim.scheduled_replica import ScheduledReplica
-from nlgsim.simulator import Scenario, simulate
-from nlgsim.workload import COMPLEX, SIMPLE, thesis_requests
+from benchmarks import harness, sim_speed_side
 
-T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json"
-H100 = "benchmarks/profiles/h100-gpt2-xl-fp16.json"
-#: (name, profile, query, rate per second, requests, replicas): the first two near the replicas'
-#: capacity (batches of a few choices), the last beyond it (a full batch of 64 every step, as in an
-#: under-provisioned fleet's bursts).
-WORKLOADS = [
-    ("complex", T4, COMPLEX, 6.0, 3000, 4),
-    ("simple", T4, SIMPLE, 12.0, 6000, 4),
-    ("simple, full batch", H100, SIMPLE, 60.0, 3000, 1),
-]
-BUILT = "Replica"  # the name nlgsim.cluster builds each pod's replica by
-REPLICAS = {"copy": Replica, "scheduler": ScheduledReplica}
+#: The last commit whose simulator ran its own copy of the scheduler, as the scaling report was last
+#: rendered with it.
+BEFORE = "920d570"
+ALLOWED_SLOWDOWN = 1.5
 MEASURED_FILES = (
     "nlgsim",
     "triton_backend/scheduler.py",
@@ -63,189 +38,139 @@ MEASURED_FILES = (
     "triton_backend/sequence.py",
     "triton_backend/length_predictor.py",
 )
-ALLOWED_SLOWDOWN = 1.5
-#: The scaling report's experiment timed whole with each replica: the fleet-scale one at x10, whose runs
-#: are mostly the policies' (as in the report), not the oracle's.
-REPORT_EXPERIMENT = "trace-conv-h100-x10"
-REPORT_WORKERS = 2  # as the report runs
-FLEET_NAME = "azure2023_conv x10, scale:0.125, fixed:6, 400 s, 1 window (trace protocol, oracle included)"
-FLEET = [
-    "run", "--protocol", "trace", "--profile", H100, "--workload", "trace:benchmarks/traces/azure2023_conv.csv",
-    "--map-lengths", "scale:0.125", "--scale", "10", "--policy", "fixed:6", "--duration", "400", "--windows", "1",
-]  # fmt: skip
+SIDES = ("before", "after")
+SIDE_SCRIPT = Path(sim_speed_side.__file__).resolve()
 
 
-def best_seconds(scenario: Scenario, repeat: int) -> dict[str, float]:
-    """Each replica's best CPU-s on `scenario`; the two take turns, so a change in the machine's load
-    falls on both."""
-    best = dict.fromkeys(REPLICAS, float("inf"))
-    for _ in range(repeat):
-        for label, replica in REPLICAS.items():
-            with building(replica):
-                start = time.process_time()
-                simulate(scenario)
-                best[label] = min(best[label], time.process_time() - start)
-    return best
+def checkout(rev: str, into: Path) -> None:
+    """The tracked files of `rev` under `into`."""
+    archive = subprocess.run(
+        ["git", "-C", str(harness.REPO), "archive", "--format=tar", rev], capture_output=True, check=True
+    )
+    with tempfile.TemporaryFile() as tar_file:
+        tar_file.write(archive.stdout)
+        tar_file.seek(0)
+        with tarfile.open(fileobj=tar_file) as tar:
+            tar.extractall(into, filter="data")
 
 
-@contextlib.contextmanager
-def building(replica: type) -> Iterator[None]:
-    """The cluster builds `replica` for the pods made meanwhile."""
-    built = getattr(nlgsim.cluster, BUILT)
-    setattr(nlgsim.cluster, BUILT, replica)
-    try:
-        yield
-    finally:
-        setattr(nlgsim.cluster, BUILT, built)
-
-
-def fleet_seconds(replica: type) -> tuple[float, float]:
-    """The fleet run's CPU-s, and how many of them went to the garbage collector's passes."""
-    collecting = [0.0, 0.0]  # CPU-s in collections, and when the one under way began
-
-    def timed(phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            collecting[1] = time.process_time()
-        else:
-            collecting[0] += time.process_time() - collecting[1]
-
-    gc.callbacks.append(timed)
-    try:
-        with building(replica):
-            start = time.process_time()
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                cli.main(FLEET)
-            return time.process_time() - start, collecting[0]
-    finally:
-        gc.callbacks.remove(timed)
-
-
-def fleet(repeat: int) -> dict[str, Any]:
-    """The fleet run's best of `repeat` for each replica, taking turns, with that run's collector time."""
-    measured = dict.fromkeys(REPLICAS, (float("inf"), 0.0))
-    for _ in range(repeat):
-        for label, replica in REPLICAS.items():
-            measured[label] = min(measured[label], fleet_seconds(replica))
-    return {
-        "repeat": repeat,
-        "run": FLEET_NAME,
-        "cpu_s": {label: seconds for label, (seconds, _) in measured.items()},
-        "gc_s": {label: collecting for label, (_, collecting) in measured.items()},
-    }
-
-
-def report_experiment(key: str, workers: int) -> dict[str, Any]:
-    """One experiment of the scaling report as `python -m benchmarks.scaling` runs it (its oracle and
-    every policy on every window, `workers` processes), wall-clock seconds with each replica. The
-    scheduler's goes first: the trace it parses stays cached for the copy's run."""
-    plan = plan_of(experiment(key))
-    wall = {}
-    for label in ("scheduler", "copy"):
-        with building(REPLICAS[label]):
-            start = time.perf_counter()
-            run_plan(plan, workers)
-            wall[label] = time.perf_counter() - start
-    return {"experiment": key, "workers": workers, "wall_s": wall}
+def side(tree: Path, item: str) -> dict[str, Any]:
+    """`sim_speed_side`'s measurement `item` of the simulator in `tree`, in a process of its own."""
+    done = subprocess.run(
+        [sys.executable, str(SIDE_SCRIPT), str(tree), item], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{item} in {tree} failed:\n{done.stderr[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     load_before = os.getloadavg()[0]
-    rows = []
-    for name, profile, query, rate, count, replicas in WORKLOADS:
-        scenario = Scenario(
-            load_profile(profile), thesis_requests(query, rate, count, seed=1), initial_replicas=replicas
-        )
-        seconds = best_seconds(scenario, args.repeat)
-        rows.append(
-            {
-                "workload": name,
-                "profile": profile,
-                "rate": rate,
-                "requests": count,
-                "replicas": replicas,
-                "cpu_s": seconds,
-            }
-        )
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"before": Path(tmp), "after": harness.REPO}
+        checkout(args.before, trees["before"])
+        workloads: dict[str, list[float]] = {s: [float("inf")] * len(sim_speed_side.WORKLOADS) for s in SIDES}
+        fleet: dict[str, dict[str, float]] = {s: {"cpu_s": float("inf"), "gc_s": 0.0} for s in SIDES}
+        ran: dict[str, bool] = {}
+        for _ in range(args.repeat):
+            for s in SIDES:
+                got = side(trees[s], "workloads")
+                ran[s] = got["engine_scheduler"]
+                workloads[s] = [min(a, b) for a, b in zip(workloads[s], got["cpu_s"], strict=True)]
+                run = side(trees[s], "fleet")
+                if run["cpu_s"] < fleet[s]["cpu_s"]:
+                    fleet[s] = {"cpu_s": run["cpu_s"], "gc_s": run["gc_s"]}
+        report = {s: side(trees[s], "report") for s in SIDES}
+    rows = [
+        {
+            "workload": name,
+            "profile": profile,
+            "rate": rate,
+            "requests": count,
+            "replicas": replicas,
+            "cpu_s": {s: workloads[s][i] for s in SIDES},
+        }
+        for i, (name, profile, _, rate, count, replicas) in enumerate(sim_speed_side.WORKLOADS)
+    ]
     return {
         "machine": harness.machine(),
         "load": [load_before, os.getloadavg()[0]],
-        "code": harness.revision(*MEASURED_FILES),
+        "code": {"before": args.before, "after": harness.revision(*MEASURED_FILES)},
+        "engine_scheduler": ran,
         "date": datetime.date.today().isoformat(),
         "repeat": args.repeat,
         "rows": rows,
-        "fleet": fleet(args.repeat),
-        "report": report_experiment(REPORT_EXPERIMENT, REPORT_WORKERS),
-        "load_after_report": os.getloadavg()[0],
+        "fleet": {"run": sim_speed_side.FLEET_NAME, **fleet},
+        "report": {
+            "experiment": sim_speed_side.REPORT_EXPERIMENT,
+            "workers": sim_speed_side.REPORT_WORKERS,
+            "wall_s": {s: report[s]["wall_s"] for s in SIDES},
+            "load_after": {s: report[s]["load_after"] for s in SIDES},
+        },
     }
 
 
-def render(data: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
-    m = data["machine"]
-    before = {row["workload"]: row["cpu_s"] for row in baseline["rows"]} if baseline else {}
+def _replica(data: dict[str, Any], s: str) -> str:
+    return "the engine's scheduler" if data["engine_scheduler"][s] else "the simulator's copy of the scheduler"
+
+
+def render(data: dict[str, Any]) -> str:
+    m, code = data["machine"], data["code"]
     lines = [
-        "# Simulator speed: the copy of the scheduler against the scheduler itself",
+        "# Simulator speed: before and after it runs the engine's scheduler",
         "",
         f"Machine: {m['cpu']}, {m['cores']} cores, Python {m['python']}, load {data['load'][0]:.1f} before and "
-        f"{data['load'][1]:.1f} after. Measured {data['date']} on {data['code']} with "
-        f"`benchmarks/sim_replica_speed.py` (fixed pods, steps run ahead of the queue; CPU time of the "
-        f"process, best of {data['repeat']}).",
+        f"{data['load'][1]:.1f} after. Measured {data['date']} with `benchmarks/sim_replica_speed.py`: before "
+        f"is {code['before']} (its replica runs {_replica(data, 'before')}), after is {code['after']} "
+        f"(its replica runs {_replica(data, 'after')}). Each measurement ran in a process of its own, the "
+        "two taking turns.",
         "",
-        f"Issue 23 lets `nlgsim/replica.py` run the engine's scheduler where that is at most "
-        f"{ALLOWED_SLOWDOWN:g}x slower than the copy.",
+        f"Fixed pods, steps run ahead of the queue; CPU time of the process, best of {data['repeat']}:",
         "",
-        "| workload | profile | copy: requests/CPU-s | scheduler: requests/CPU-s | scheduler's CPU-s / copy's"
-        + (f" | the same on {baseline['code']} |" if baseline else " |"),
-        "|---|---|---:|---:|---:|" + ("---:|" if baseline else ""),
+        "| workload | profile | before: requests/CPU-s | after: requests/CPU-s | after's CPU-s / before's |",
+        "|---|---|---:|---:|---:|",
     ]
 
     def ratio(seconds: dict[str, float]) -> str:
-        return f"{seconds['scheduler'] / seconds['copy']:.2f}x"
+        return f"{seconds['after'] / seconds['before']:.2f}x"
 
     for row in data["rows"]:
-        copy, real = row["cpu_s"]["copy"], row["cpu_s"]["scheduler"]
-        was = before.get(row["workload"])
+        seconds = row["cpu_s"]
         lines.append(
             f"| {row['workload']} x{row['requests']}, {row['rate']:g}/s, {row['replicas']} pods "
-            f"| `{row['profile'].rsplit('/', 1)[-1]}` | {row['requests'] / copy:,.0f} "
-            f"| {row['requests'] / real:,.0f} | {ratio(row['cpu_s'])} |" + (f" {ratio(was)} |" if was else "")
+            f"| `{row['profile'].rsplit('/', 1)[-1]}` | {row['requests'] / seconds['before']:,.0f} "
+            f"| {row['requests'] / seconds['after']:,.0f} | {ratio(seconds)} |"
         )
-    fleet = data.get("fleet")
-    if fleet:
-        seconds = fleet["cpu_s"]
-        runs = "measured once" if fleet.get("repeat", 1) == 1 else f"best of {fleet['repeat']}"
-        lines += [
-            "",
-            f"A fleet run, {runs}: {fleet['run']} (`{' '.join(FLEET)}`), {seconds['copy']:.1f} CPU-s with "
-            f"the copy, {seconds['scheduler']:.1f} with the scheduler's replica: {ratio(seconds)}.",
-        ]
-        collecting = fleet.get("gc_s")
-        if collecting:
-            lines[-1] += (
-                f" Of these, the garbage collector's passes took {collecting['copy']:.1f} and "
-                f"{collecting['scheduler']:.1f} CPU-s (the scheduler's requests, choices and their lists "
-                "are objects it tracks)."
-            )
-    report = data.get("report")
-    if report:
-        wall = report["wall_s"]
-        lines += [
-            "",
-            f"The scaling report's `{report['experiment']}` experiment, as `python -m benchmarks.scaling` runs it "
-            f"({report['workers']} workers, wall-clock, measured once; load {data['load_after_report']:.1f} after): "
-            f"{wall['copy']:.0f} s with the copy, {wall['scheduler']:.0f} s with the scheduler's replica: "
-            f"{wall['scheduler'] / wall['copy']:.2f}x.",
-        ]
+    fleet = data["fleet"]
+    cpu = {s: fleet[s]["cpu_s"] for s in SIDES}
+    lines += [
+        "",
+        f"A fleet run, best of {data['repeat']}: {fleet['run']} (`{' '.join(sim_speed_side.FLEET)}`): "
+        f"{cpu['before']:.1f} CPU-s before, {cpu['after']:.1f} after: {ratio(cpu)}. Of these, the garbage "
+        f"collector's passes took {fleet['before']['gc_s']:.1f} and {fleet['after']['gc_s']:.1f} CPU-s.",
+    ]
+    report = data["report"]
+    wall = report["wall_s"]
+    slowdown = wall["after"] / wall["before"]
+    verdict = "within" if slowdown <= ALLOWED_SLOWDOWN else "beyond"
+    lines += [
+        "",
+        f"The scaling report's `{report['experiment']}` experiment, as `python -m benchmarks.scaling` runs it "
+        f"({report['workers']} workers, wall-clock, measured once; load {report['load_after']['before']:.1f} and "
+        f"{report['load_after']['after']:.1f} after): {wall['before']:.0f} s before, {wall['after']:.0f} s "
+        f"after: {slowdown:.2f}x, {verdict} the {ALLOWED_SLOWDOWN:g}x issue 23 allows.",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--baseline", type=Path, help="an earlier results file, whose ratios are shown beside")
+    parser.add_argument("--before", default=BEFORE, help="the commit to compare against (default %(default)s)")
     harness.output_arguments(parser)
     args = parser.parse_args(argv)
-    baseline = harness.read_json(args.baseline) if args.baseline else None
-    harness.publish(render(harness.results(args, measure), baseline), args.report)
+    harness.publish(render(harness.results(args, measure)), args.report)
     return 0
 
 

@@ -1,39 +1,47 @@
-"""One simulated replica: ``triton_backend.engine.Engine`` timed by an engine profile.
+"""One simulated replica: the engine's own scheduler, timed by an engine profile.
 
-It follows the real engine step for step (``triton_backend/scheduler.py`` and ``engine.py``):
+``triton_backend.scheduler.Scheduler`` (torch-free) decides every step, as it does in the engine:
+requests wait first come, first served (the replays set no deadlines, so its earliest-deadline order is
+arrival order); the head is admitted when the running choices stay within ``max_batch`` (the engine's
+``max_num_seqs``) and the free KV pages, less what the running requests still have reserved, cover its
+prompt and S3's predicted output for each choice; a step decodes every running choice once and
+prefills at most ``prefill_chunk_tokens`` prompt tokens in admission order; when a choice needs a page
+and none is free, the latest admitted request is preempted and recomputed later. This module only
+times what a ``Schedule`` holds and plays the model's part:
 
-1. schedule: requests wait first come, first served (the replays set no deadlines, so the real
-   scheduler's earliest-deadline order is arrival order); the head is admitted while the running
-   choices stay within ``max_batch`` (the engine's ``max_num_seqs``). The real scheduler also checks
-   KV pages against each choice's predicted length; with the default cache (room for ``max_num_seqs``
-   full contexts) pages never bind first, and with ``ignore_eos`` and exact ``max_tokens`` (how traces
-   are replayed) predictions are exact, so nothing is preempted: neither is modelled;
-2. run: one decode step for every running choice, then prefill chunks of the admitted prompts in
-   admission order, at most ``prefill_chunk_tokens`` prompt tokens per step in all;
-3. update: a request whose prompt is fully prefilled emits the first token of every choice and its
-   choices join the running batch; a choice that reached its length finishes and leaves the batch; a
-   request finishes with its last choice.
+- a step lasts ``decode_step_s(batch, context)`` for its decode rows (their mean context, or the
+  longest where the profile's engine pads attention to it: ``extra.decode_cost_context``), plus
+  ``P(end) - P(start)`` of the profile's prefill curve P for each chunk, recomputed ones included;
+- every choice that samples in a step gets a token when the step ends; a choice shorter than its
+  request's longest is told to stop at its length (its EOS), so each choice ends where the trace says.
 
-Everything a step produces is emitted when the step ends, as the engine does. Step duration is
-``decode_step_s(batch, context)`` (the mean context, or the longest where the profile says its engine
-pads attention to it: ``extra.decode_cost_context``) plus the prefill cost of each chunk, ``P(end) - P(start)`` of
-the profile's prefill curve P. The engine steps back to back while it has work, so every decoded
-token's inter-token latency is the duration of the step that made it.
+Everything a step produces is emitted when the step ends, as the engine does, and the engine steps back
+to back while it has work, so every decoded token's inter-token latency is the duration of the step
+that made it.
+
+The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus its events (a
+page taken, a choice ended, a request admitted), not O(batch). Its requests hold prompt lengths, not
+token ids (``Request.counted``). ``Replica.decode_ahead`` has the scheduler run the steps between
+events at once.
 """
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
 from nlgsim.profile import EngineProfile
 from nlgsim.workload import Request
+from triton_backend.kv_pages import PagePool
+from triton_backend.length_predictor import LengthPredictor
+from triton_backend.sampling_params import SamplingParams
+from triton_backend.scheduler import Schedule, Scheduler, SchedulerConfig
+from triton_backend.sequence import Request as EngineRequest
+from triton_backend.sequence import RequestStatus
 
 
 @dataclass
@@ -43,7 +51,6 @@ class RequestState:
     request: Request
     replica: int = -1
     admitted: float = -1.0
-    prefilled: int = 0
     first_token: float = -1.0
     finish: float = -1.0
     per_token: float = 0.0
@@ -51,184 +58,175 @@ class RequestState:
     choices_left: int = 0
 
 
-class _Choice(NamedTuple):
-    """A running choice; the heap orders by finish step, then admission (``order`` is unique, so a
-    comparison never reaches the state; a tuple compares in C, which the heap does millions of times)."""
-
-    finish_step: int
-    order: int
-    state: RequestState
-    tokens: int
-    context_at_finish: int
-
-
 OnDone = Callable[[RequestState, float], None]
 
 
 class Replica:
-    """A continuous-batching engine. The simulator calls ``submit``, ``start`` and ``finish``."""
+    """A continuous-batching engine: the real scheduler, the profile's clock. The simulator calls
+    ``submit``, ``start`` and ``finish``."""
 
     def __init__(self, index: int, profile: EngineProfile, on_done: OnDone) -> None:
         self.index = index
         self.profile = profile
         self.on_done = on_done
         self.metrics = PodInstruments()
-        self.waiting: deque[RequestState] = deque()
-        self.prefilling: list[RequestState] = []
-        self.running: list[_Choice] = []  # heap by finish step
+        config = SchedulerConfig(prefill_chunk_tokens=profile.prefill_chunk_tokens, max_num_seqs=profile.max_batch)
+        pages = PagePool(profile.total_pages, profile.page_size, profile.max_context)
+        self.scheduler = Scheduler(config, pages, LengthPredictor(), lazy=True)
         self.busy = False
         self.outstanding = 0  # requests submitted and not finished
-        self.used_seqs = 0
-        self._running_requests: dict[int, int] = {}  # request id -> unfinished choices
-        self._step = 0
-        self._order = 0
-        self._sum_ctx = 0  # context tokens of the running choices
+        self._states: dict[str, RequestState] = {}
+        self._schedule: Schedule | None = None
+        # Submitted and still waiting, in submission order: the order the scheduler admits them in
+        # (the replays set no deadline, so its earliest-deadline order is first come, first served).
+        self._queued: deque[EngineRequest] = deque()
         self._t0 = 0.0
-        self._decoded = 0
-        self._chunks: list[tuple[RequestState, int]] = []
-        self._curves: dict[int, DecodeCurve] = {}  # decode latency by batch size
+        self._curves: dict[int, DecodeCurve] = {}
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
+        self._total_pages = pages.num_pages
+        self._params: dict[tuple[int, int], SamplingParams] = {}  # by (max_tokens, n): a request's are read only
 
     def submit(self, state: RequestState) -> None:
-        if state.request.choices > self.profile.max_batch:
-            raise ValueError(
-                f"request {state.request.id} has {state.request.choices} choices but the engine has "
-                f"{self.profile.max_batch} sequences at once (the profile's max_batch, the engine's "
-                "max_num_seqs)"
+        req = state.request
+        lengths = req.output_tokens
+        longest, choices = max(lengths), len(lengths)
+        params = self._params.get((longest, choices))
+        if params is None:
+            params = self._params[longest, choices] = SamplingParams(
+                max_tokens=longest, n=choices, temperature=0.0, ignore_eos=True
             )
+        key = str(req.id)
+        request = EngineRequest.counted(key, req.prompt_tokens, params, req.arrival)
+        scheduler = self.scheduler
+        try:
+            scheduler.add_request(request)
+        except ValueError as err:
+            raise ValueError(f"request {req.id}: {err} (the profile's max_batch)") from None
+        if choices > 1:
+            for seq, length in zip(request.sequences, lengths, strict=True):
+                if length < longest:
+                    scheduler.expect_stop(seq, length)
         state.replica = self.index
-        state.choices_left = state.request.choices
-        self.waiting.append(state)
+        state.choices_left = choices
+        self._states[key] = state
+        self._queued.append(request)
         self.outstanding += 1
-        self.metrics.requests_waiting = len(self.waiting)
+        self.metrics.requests_waiting = scheduler.num_waiting
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.prefilling or self.running)
+        return self.scheduler.has_work
 
     def start(self, now: float) -> float:
         """Begin one engine step at ``now``; returns when it ends. Call only when ``has_work()``."""
-        p = self.profile
         self.busy = True
         self._t0 = now
-        free = p.max_batch - self.used_seqs
-        while self.waiting and self.waiting[0].request.choices <= free:
-            state = self.waiting.popleft()
-            free -= state.request.choices
-            self.used_seqs += state.request.choices
-            state.admitted = now
-            self.prefilling.append(state)
+        scheduler = self.scheduler
+        schedule = self._schedule = scheduler.schedule()
         t = now
-        self._decoded = len(self.running)
-        if self._decoded:
-            t += self._curve(self._decoded)(self._decode_context())
-        budget = p.prefill_chunk_tokens
-        self._chunks = []
-        for state in self.prefilling:
-            if budget == 0:
-                break
-            start = state.prefilled
-            end = min(state.request.prompt_tokens, start + budget)
-            t += p.prefill_time_s(end) - (p.prefill_time_s(start) if start else 0.0)
-            self._chunks.append((state, end))
-            budget -= end - start
-        self.metrics.requests_waiting = len(self.waiting)
+        rows = schedule.decode_count
+        if rows:
+            context = scheduler.longest_decode() if self._pad_to_longest else schedule.decode_context / rows
+            t += self._curve(rows)(context)
+        if schedule.prefill:
+            p = self.profile
+            for chunk in schedule.prefill:
+                t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
+        queued = self._queued
+        while queued and queued[0].status is not RequestStatus.WAITING:
+            self._states[queued.popleft().request_id].admitted = now
+        self.metrics.requests_waiting = scheduler.num_waiting
         return t
 
     def finish(self, now: float) -> None:
         """End the step started last; ``now`` is the time ``start`` returned."""
+        schedule, self._schedule = self._schedule, None
+        assert schedule is not None, "finish without a step started"
         m = self.metrics
-        if self._decoded:
-            self._step += 1
-            self._sum_ctx += self._decoded
-            m.generation_tokens += self._decoded
-            m.inter_token_latency.observe(now - self._t0, self._decoded)
-            while self.running and self.running[0].finish_step <= self._step:
-                choice = heapq.heappop(self.running)
-                self._sum_ctx -= choice.context_at_finish
-                self._finish_choice(choice.state, choice.tokens, now)
-        for state, end in self._chunks:
-            state.prefilled = end
-            req = state.request
-            if end < req.prompt_tokens:
-                continue
-            self.prefilling.remove(state)
-            m.prompt_tokens += req.prompt_tokens
-            state.first_token = now
-            self._running_requests[req.id] = req.choices
-            for tokens in req.output_tokens:
-                m.time_to_first_token.observe(now - req.arrival)
-                m.generation_tokens += 1
-                if tokens <= 1:
-                    self._finish_choice(state, 1, now)
-                    continue
-                self._order += 1
-                ctx = req.prompt_tokens + tokens
-                heapq.heappush(
-                    self.running, _Choice(self._step + tokens - 1, self._order, state, tokens, ctx)
-                )
-                self._sum_ctx += req.prompt_tokens + 1
-        self._chunks = []
+        decoded = schedule.decode_count
+        if decoded:
+            m.inter_token_latency.observe(now - self._t0, decoded)
+        ended = self.scheduler.advance(schedule)
+        states = self._states
+        for chunk in schedule.prefill:
+            if chunk.samples:  # the first tokens, from the prompts the step completed
+                self._first_token(states[chunk.request.request_id], now)
+                decoded += len(chunk.samples)
+        m.generation_tokens += decoded
+        for seq in ended:
+            self._finish_choice(seq.request_id, seq.generated, now)
         self.busy = False
-        m.requests_running = len(self._running_requests)
-        m.requests_waiting = len(self.waiting)
-        # Pages hold what is cached: the running choices' contexts and the prompts prefilled so far.
-        cached = self._sum_ctx + sum(s.prefilled for s in self.prefilling)
-        m.kv_cache_usage = min(1.0, cached / self.profile.page_size / self.profile.total_pages)
+        self._record()
 
     def decode_ahead(self, end: float, until: float) -> float:
-        """Finish the step in progress (it ends at ``end``) and run the steps after it here, without the
-        simulator's event queue, while a step ends before ``until`` and changes nothing anyone else
-        reads but the pod's metrics: nothing is admitted or prefilled and no choice finishes in it.
-        Returns when the step then in progress ends.
-
-        ``until`` is the caller's promise that nothing reaches this replica (a request) or reads it
-        (a scrape) before then. Each step is finished and the next started with exactly the
-        arithmetic of ``finish`` and ``start``, so the outcome is the same, bit for bit, as stepping
-        through the queue; what it saves is the queue's work and ``finish``'s general case on the
-        steps that make up most of a long run (a batch decoding between arrivals and finishes).
-        """
-        decoded = self._decoded
-        if self._chunks or not decoded or end >= until:
+        """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
+        a step ends before ``until`` and no choice ends in it; returns when the step then in progress
+        ends. ``until`` is the caller's promise that nothing reaches or reads this replica before then
+        (the simulator's promise). The scheduler says how many steps fit
+        (``decode_steps_that_fit``: none past one that needs a page that is not free) and takes them
+        back; each is timed and recorded with the arithmetic of ``start`` and ``finish``, so the run is
+        the same, bit for bit, as stepping."""
+        schedule = self._schedule
+        assert schedule is not None, "decode_ahead without a step started"
+        if schedule.prefill or not schedule.decode_count or end >= until:
             return end
-        running = self.running
-        m = self.metrics
-        itl = m.inter_token_latency
-        curve = self._curve(decoded)
-        # The loop is DecodeCurve.__call__ and Histogram.observe written out (the same arithmetic, in
-        # the same order): calls are most of a step's cost in Python.
+        # The steps in which no choice ends and the pages suffice, the one in progress included.
+        limit = self.scheduler.decode_steps_that_fit(schedule, 1 << 30)
+        if limit < 2:
+            return end
+        batch = schedule.decode_count
+        curve = self._curve(batch)
+        total = schedule.decode_context
+        longest = self.scheduler.longest_decode() if self._pad_to_longest else 0
+        # DecodeCurve.__call__ and Histogram.observe written out (the same arithmetic, in the same
+        # order, so the run is the stepped one bit for bit): calls are most of a step's cost in Python.
         grid, below, above, weight = curve.context, curve.below, curve.above, curve.weight
         inline = not self._pad_to_longest and above is not None and len(grid) > 1
-        bounds, counts = itl.bounds, itl.counts
         last = len(grid) - 2
-        step, sum_ctx, t0 = self._step, self._sum_ctx, self._t0
-        total, count = itl.total, itl.count
-        limit = running[0].finish_step - 1  # the step in which the first choice finishes is not ours
-        start = step
-        while end < until and step < limit:
-            step += 1
-            sum_ctx += decoded
-            value = end - t0
-            counts[bisect_left(bounds, value)] += decoded
-            total += value * decoded
-            count += decoded
-            t0 = end
+        itl = self.metrics.inter_token_latency
+        bounds, counts = itl.bounds, itl.counts
+        value = end - self._t0
+        counts[bisect_left(bounds, value)] += batch
+        total_s, count = itl.total + value * batch, itl.count + batch
+        steps = 1
+        step_end = end
+        while steps < limit:
             if inline:
                 assert above is not None
-                x = sum_ctx / decoded
+                x = (total + batch * steps) / batch
                 j = min(max(bisect_right(grid, x) - 1, 0), last)
                 wj = (x - grid[j]) / (grid[j + 1] - grid[j])
                 lo = below[j] + (below[j + 1] - below[j]) * wj
                 hi = above[j] + (above[j + 1] - above[j]) * wj
-                end += max(lo + (hi - lo) * weight, 1e-6)
+                step_end = end + max(lo + (hi - lo) * weight, 1e-6)
             else:
-                self._step, self._sum_ctx = step, sum_ctx
-                end += curve(self._decode_context())
-        if step > start:
-            self._step, self._sum_ctx, self._t0 = step, sum_ctx, t0
-            itl.total, itl.count = total, count
-            m.generation_tokens += decoded * (step - start)
-            m.kv_cache_usage = min(1.0, sum_ctx / self.profile.page_size / self.profile.total_pages)
-        return end
+                step_end = end + curve(longest + steps if self._pad_to_longest else (total + batch * steps) / batch)
+            if step_end >= until:
+                break
+            value = step_end - end
+            counts[bisect_left(bounds, value)] += batch
+            total_s += value * batch
+            count += batch
+            end = step_end
+            steps += 1
+        itl.total, itl.count = total_s, count
+        scheduler = self.scheduler
+        scheduler.take_back_decode_steps(schedule, steps)
+        self.metrics.generation_tokens += batch * steps
+        self._record()
+        if steps < limit:
+            # The step after them fits too, and `start` would time it as the loop just did: it is
+            # `schedule` again, in progress until `step_end`.
+            scheduler.schedule_decode_again(schedule)
+            self._t0 = end
+            return step_end
+        self._schedule = None
+        return self.start(end)
+
+    def _record(self) -> None:
+        """The pod's gauges, as the engine's stats give them (``EngineStats``), read off the scheduler."""
+        m, scheduler = self.metrics, self.scheduler
+        m.requests_running, m.requests_waiting, used = scheduler.gauges()
+        m.kv_cache_usage = used / self._total_pages
 
     def _curve(self, batch: int) -> DecodeCurve:
         curve = self._curves.get(batch)
@@ -236,24 +234,24 @@ class Replica:
             curve = self._curves[batch] = self.profile.decode_curve(batch)
         return curve
 
-    def _decode_context(self) -> float:
-        """The context a decode step costs as: the running choices' mean, or their longest where the
-        profile's engine pads every sequence's attention to it (the eager path)."""
-        if self._pad_to_longest:
-            return float(max(c.context_at_finish - (c.finish_step - self._step) for c in self.running))
-        return self._sum_ctx / self._decoded
+    def _first_token(self, state: RequestState, t: float) -> None:
+        req = state.request
+        state.first_token = t
+        self.metrics.prompt_tokens += req.prompt_tokens
+        for _ in range(req.choices):
+            self.metrics.time_to_first_token.observe(t - req.arrival)
 
-    def _finish_choice(self, state: RequestState, tokens: int, t: float) -> None:
+    def _finish_choice(self, key: str, tokens: int, t: float) -> None:
+        state = self._states[key]
         req = state.request
         latency = t - req.arrival
         tpot = latency / tokens
         state.per_token = max(state.per_token, tpot)
         self.metrics.time_per_output_token.observe(tpot)
-        self.used_seqs -= 1
         state.choices_left -= 1
         if state.choices_left > 0:
             return
-        del self._running_requests[req.id]
+        del self._states[key]
         state.finish = t
         self.metrics.request_latency.observe(latency)
         self.metrics.requests_finished += 1

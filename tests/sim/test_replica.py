@@ -108,12 +108,13 @@ def test_one_token_requests_finish_at_their_first_token():
     a = state(0, 0.0, 10, 1)
     e.run(a)
     assert a.first_token == a.finish == pytest.approx(0.030)
-    assert e.replica.used_seqs == 0
+    assert (e.replica.has_work(), e.replica.metrics.requests_running, e.replica.outstanding) == (False, 0, 0)
 
 
 def test_more_choices_than_max_batch_is_an_error_that_names_the_profile_field():
     e = Engine(max_batch=2)
-    with pytest.raises(ValueError, match="max_batch"):
+    named = r"request 0: n: 3 is above this instance's max_num_seqs \(the profile's max_batch\)"
+    with pytest.raises(ValueError, match=named):
         e.replica.submit(state(0, 0.0, 10, 2, 2, 2))
 
 
@@ -124,8 +125,9 @@ def test_gauges_while_busy():
         r.submit(s)
     r.finish(r.start(0.0))  # two admitted (prefill 0.030 + 0.030), the third waits
     assert (r.metrics.requests_running, r.metrics.requests_waiting) == (2, 1)
-    # 2 x 11 cached tokens in pages of 16, of 2 x 64 pages (room for max_batch full contexts)
-    assert r.metrics.kv_cache_usage == pytest.approx(22 / 16 / 128)
+    # 10 prompt tokens cached each, in pages of 16: a page each, of 2 x 64 (room for max_batch full
+    # contexts); the engine reports pages held, not tokens
+    assert r.metrics.kv_cache_usage == pytest.approx(2 / 128)
 
 
 @pytest.mark.parametrize(("cost_context", "priced_at"), [("mean", 55), ("max", 100)])

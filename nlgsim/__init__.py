@@ -1,9 +1,9 @@
 """A trace-driven discrete-event simulator of GPT-2 replicas on Triton under the project's autoscaler.
 
 Stages, one module each: :mod:`nlgsim.profile` (engine timings, measured by :mod:`nlgsim.profiler`),
-:mod:`nlgsim.workload` (Table 4.2 queries, CSV traces), :mod:`nlgsim.replica` (one continuous-batching
-engine), :mod:`nlgsim.cluster` (pods behind a Service), :mod:`nlgsim.simulator` (the event loop, which
-drives the live autoscaler's control loop, ``autoscaler.loop.Controller``, with its clock),
+:mod:`nlgsim.workload` (Table 4.2 queries, CSV traces), :mod:`nlgsim.replica` (one replica: the
+engine's own scheduler on the profile's clock), :mod:`nlgsim.cluster` (pods behind a Service),
+:mod:`nlgsim.simulator` (the event loop, which drives the live autoscaler's control loop, ``autoscaler.loop.Controller``, with its clock),
 :mod:`nlgsim.results` (SLOs, GPU-seconds, timelines), :mod:`nlgsim.feasibility` (what no replica count
 serves), :mod:`nlgsim.oracle` (the lower bounds), :mod:`nlgsim.planner` (the project's own policy),
 :mod:`nlgsim.protocol`, :mod:`nlgsim.protocol_result` and :mod:`nlgsim.protocol_tables` (the report's

@@ -8,7 +8,7 @@ engine's scheduler (its own copy of admission and batching, at `BEFORE`) against
 `benchmarks/sim_speed_side.py` in a fresh process, from one tree or the other, the two taking turns so
 that a change in the machine's load falls on both. Three measurements (`sim_speed_side`): fixed-pod
 workloads and one fleet run of the trace protocol (CPU time of the process, best of `--repeat`), and
-one whole experiment of the scaling report, wall-clock, as the report runs it (measured once): issue 23
+one whole experiment of the scaling report, wall-clock, as the report runs it (best of `REPORT_REPEAT`): issue 23
 bounds the time the report takes to render at 1.5x what it took before.
 """
 
@@ -31,6 +31,8 @@ from benchmarks import harness, sim_speed_side
 #: rendered with it.
 BEFORE = "920d570"
 ALLOWED_SLOWDOWN = 1.5
+#: The report's experiment is timed this many times on each side (minutes each): the best of them.
+REPORT_REPEAT = 2
 MEASURED_FILES = (
     "nlgsim",
     "triton_backend/scheduler.py",
@@ -81,7 +83,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 run = side(trees[s], "fleet")
                 if run["cpu_s"] < fleet[s]["cpu_s"]:
                     fleet[s] = {"cpu_s": run["cpu_s"], "gc_s": run["gc_s"]}
-        report = {s: side(trees[s], "report") for s in SIDES}
+        report: dict[str, dict[str, float]] = {s: {"wall_s": float("inf"), "load_after": 0.0} for s in SIDES}
+        for _ in range(REPORT_REPEAT):
+            for s in SIDES:
+                run = side(trees[s], "report")
+                if run["wall_s"] < report[s]["wall_s"]:
+                    report[s] = {"wall_s": run["wall_s"], "load_after": run["load_after"]}
     rows = [
         {
             "workload": name,
@@ -105,6 +112,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "report": {
             "experiment": sim_speed_side.REPORT_EXPERIMENT,
             "workers": sim_speed_side.REPORT_WORKERS,
+            "repeat": REPORT_REPEAT,
             "wall_s": {s: report[s]["wall_s"] for s in SIDES},
             "load_after": {s: report[s]["load_after"] for s in SIDES},
         },
@@ -113,6 +121,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 def _replica(data: dict[str, Any], s: str) -> str:
     return "the engine's scheduler" if data["engine_scheduler"][s] else "the simulator's copy of the scheduler"
+
+
+def _times(repeat: int) -> str:
+    return "measured once" if repeat == 1 else f"best of {repeat}, the sides taking turns"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -157,8 +169,9 @@ def render(data: dict[str, Any]) -> str:
     lines += [
         "",
         f"The scaling report's `{report['experiment']}` experiment, as `python -m benchmarks.scaling` runs it "
-        f"({report['workers']} workers, wall-clock, measured once; load {report['load_after']['before']:.1f} and "
-        f"{report['load_after']['after']:.1f} after): {wall['before']:.0f} s before, {wall['after']:.0f} s "
+        f"({report['workers']} workers, wall-clock, {_times(report.get('repeat', 1))}; load "
+        f"{report['load_after']['before']:.1f} and {report['load_after']['after']:.1f} after the runs kept): "
+        f"{wall['before']:.0f} s before, {wall['after']:.0f} s "
         f"after: {slowdown:.2f}x, {verdict} the {ALLOWED_SLOWDOWN:g}x issue 23 allows.",
     ]
     return "\n".join(lines) + "\n"

@@ -3,13 +3,13 @@
 Stages, one module each: :mod:`nlgsim.profile` (engine timings, measured by :mod:`nlgsim.profiler`),
 :mod:`nlgsim.workload` (Table 4.2 queries, CSV traces), :mod:`nlgsim.replica` (one replica: the
 engine's own scheduler on the profile's clock), :mod:`nlgsim.cluster` (pods behind a Service),
-:mod:`nlgsim.simulator` (the event loop, which drives the live autoscaler's control loop, ``autoscaler.loop.Controller``, with its clock),
-:mod:`nlgsim.results` (SLOs, GPU-seconds, timelines), :mod:`nlgsim.feasibility` (what no replica count
-serves), :mod:`nlgsim.oracle` (the lower bounds), :mod:`nlgsim.planner` (the project's own policy),
-:mod:`nlgsim.protocol`, :mod:`nlgsim.protocol_result` and :mod:`nlgsim.protocol_tables` (the report's
-experiments, one command each, their numbers and their tables),
-:mod:`nlgsim.sweep`, :mod:`nlgsim.plots`, :mod:`nlgsim.replay` (the same trace against a real Triton)
-and :mod:`nlgsim.cli`.
+:mod:`nlgsim.simulator` (the event loop, which drives the live autoscaler's control loop,
+``autoscaler.loop.Controller``, with its clock), :mod:`nlgsim.results` (SLOs, GPU-seconds, timelines),
+:mod:`nlgsim.feasibility` (what no replica count serves), :mod:`nlgsim.oracle` (the lower bounds),
+:mod:`nlgsim.planner` (the project's own policy), :mod:`nlgsim.protocol`, :mod:`nlgsim.protocol_result`
+and :mod:`nlgsim.protocol_tables` (the report's experiments, one command each, their numbers and their
+tables), :mod:`nlgsim.sweep`, :mod:`nlgsim.plots`, :mod:`nlgsim.replay` (the same trace against a real
+Triton) and :mod:`nlgsim.cli`.
 """
 
 from __future__ import annotations

@@ -186,6 +186,11 @@ def _cover(replicas: Sequence[int], level: int, interval: float, startup_s: floa
     return spans
 
 
+_Found = tuple[int, float, bool]
+#: ``map``, or a process pool's: how independent tasks are run.
+Mapper = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
+
+
 @dataclass(frozen=True)
 class _Interval:
     """One interval's search, as a task a worker process can take: its requests from the warm-up on,
@@ -208,11 +213,6 @@ def _search(task: _Interval) -> _Found:
     if found is None:
         return task.floor, score(task.cap, give_up=False), False
     return found[0], found[1], True
-
-
-_Found = tuple[int, float, bool]
-#: ``map``, or a process pool's: how independent tasks are run.
-Mapper = Callable[[Callable[[Any], Any], Iterable[Any]], Iterable[Any]]
 
 
 def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) -> tuple[int, float] | None:

@@ -62,8 +62,8 @@ OnDone = Callable[[RequestState, float], None]
 
 
 class Replica:
-    """A continuous-batching engine: the real scheduler, the profile's clock. The simulator calls
-    ``submit``, ``start`` and ``finish``."""
+    """A continuous-batching engine: the engine's scheduler, the profile's clock. The simulator calls
+    ``submit``, ``start``, ``finish`` and ``decode_ahead``."""
 
     def __init__(self, index: int, profile: EngineProfile, on_done: OnDone) -> None:
         self.index = index
@@ -161,7 +161,7 @@ class Replica:
         """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
         a step ends before ``until`` and no choice ends in it; returns when the step then in progress
         ends. ``until`` is the caller's promise that nothing reaches or reads this replica before then
-        (the simulator's promise). The scheduler says how many steps fit
+        (no request routed to it, no scrape, no round). The scheduler says how many steps fit
         (``decode_steps_that_fit``: none past one that needs a page that is not free) and takes them
         back; each is timed and recorded with the arithmetic of ``start`` and ``finish``, so the run is
         the same, bit for bit, as stepping."""

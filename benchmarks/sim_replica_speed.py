@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
 import subprocess
@@ -49,11 +50,8 @@ def checkout(rev: str, into: Path) -> None:
     archive = subprocess.run(
         ["git", "-C", str(harness.REPO), "archive", "--format=tar", rev], capture_output=True, check=True
     )
-    with tempfile.TemporaryFile() as tar_file:
-        tar_file.write(archive.stdout)
-        tar_file.seek(0)
-        with tarfile.open(fileobj=tar_file) as tar:
-            tar.extractall(into, filter="data")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, filter="data")
 
 
 def side(tree: Path, item: str) -> dict[str, Any]:

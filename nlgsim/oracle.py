@@ -19,7 +19,9 @@ on other replicas at each count), and a walk would make an interval's answer dep
 neighbours, so that adding load could lower it. A candidate's run stops as soon as more scored
 requests have missed than the target allows (the answer is then known: too few), a request counted
 as missed once a limit it must meet has passed with it unserved, so the counts below the answer cost
-little however long their queues would grow.
+little however long their queues would grow. With round-robin routing each of the n replicas is
+simulated alone (nothing passes between fixed replicas), so a count that falls short is mostly given
+up on within its first replica's run.
 
 With every feasible request alone on a replica each meets the SLO, so an interval can fall short
 only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the
@@ -71,10 +73,46 @@ def _attainment(
     routing: str,
     give_up: bool = True,
 ) -> float:
-    """Attainment of the requests ``scored`` marks when all of ``requests`` (in arrival order) run on
-    ``replicas`` fixed replicas; with ``give_up``, NaN as soon as it is known to fall short of the target."""
+    """Attainment of the requests ``scored`` marks when all of ``requests`` run on ``replicas`` fixed
+    replicas; with ``give_up``, NaN as soon as it is known to fall short of the target.
+
+    Round-robin over fixed replicas sends the k-th request (in arrival order) to replica k mod n, and
+    nothing else passes between them: each replica's run is its own, and is simulated alone, one after
+    another, the misses added up. A count that falls short is then mostly given up on within its first
+    replica's run, not after all n have run side by side; the attainment of one that meets the target is
+    the same number (a sum of whole misses)."""
     total = max(int(scored.sum()), 1)
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, requests[i].id))
+    if routing == "round-robin" and replicas > 1:
+        parts = [(order[r::replicas], 1) for r in range(replicas)]
+    else:
+        parts = [(order, replicas)]
     missed = 0
+    for part, n in parts:
+        if not part:
+            continue  # fewer requests than replicas
+        bad = _missed(profile, [requests[i] for i in part], scored[part], n, slo, routing, missed, total, give_up)
+        if bad is None:
+            return math.nan
+        missed += bad
+    return 1.0 - missed / total
+
+
+def _missed(
+    profile: EngineProfile,
+    requests: list[Request],
+    scored: npt.NDArray[np.bool_],
+    replicas: int,
+    slo: SLO,
+    routing: str,
+    before: int,
+    total: int,
+    give_up: bool,
+) -> int | None:
+    """The scored requests that miss ``slo`` when ``requests`` (in arrival order) run on ``replicas``
+    fixed replicas; with ``give_up``, None as soon as these and the ``before`` missed elsewhere are more
+    than the target allows of ``total``."""
+    missed = before
     passed = 0  # of `limits`, those passed so far
 
     def hopeless(state: RequestState) -> bool:
@@ -94,6 +132,8 @@ def _attainment(
             missed += slo.missed_one(state.finish - arrival, state.first_token - arrival, state.per_token)
         return give_up and 1.0 - missed / total < slo.target
 
+    if give_up and 1.0 - before / total < slo.target:
+        return None
     sim = Simulation(
         Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing), stop=hopeless
     )
@@ -110,9 +150,8 @@ def _attainment(
     counted = bytearray(len(watched))  # 1: its miss, or its meeting the SLO, is counted
     log = sim.run()
     if log.stopped:
-        return math.nan
-    bad = slo.missed(violations(request_table(log), slo))
-    return 1.0 - float((bad & scored).sum()) / total
+        return None
+    return int((slo.missed(violations(request_table(log), slo)) & scored).sum())
 
 
 def _limits(request: Request, slo: SLO) -> list[tuple[float, bool]]:

@@ -1,12 +1,12 @@
 """One side of `benchmarks.sim_replica_speed`: times the simulator of the source tree it is given, so that
 a tree checked out at an earlier commit runs the same measurement as this one.
 
-    python benchmarks/sim_speed_side.py TREE workloads|fleet|report
+    python benchmarks/sim_speed_side.py TREE workloads|fleet|report|whole_report
 
 prints one JSON object. It is run as a script, from TREE, with TREE first on the path: everything it
 imports is TREE's. It uses only what both sides have (`nlgsim.simulator.simulate`, `nlgsim.cli.main`,
-`nlgsim.protocol.run_plan`, the scaling report's experiments), and says whether its replica runs the engine's
-scheduler, and from where it was imported, so the report says what ran.
+`nlgsim.protocol.run_plan`, the scaling report's experiments and its runner's `run`), and says whether its
+replica runs the engine's scheduler, and from where it was imported, so the report says what ran.
 """
 
 from __future__ import annotations
@@ -93,7 +93,22 @@ def report() -> dict[str, Any]:
     return {"wall_s": time.perf_counter() - start, "load_after": os.getloadavg()[0]}
 
 
-ITEMS = {"workloads": workloads, "fleet": fleet, "report": report}
+def whole_report() -> dict[str, Any]:
+    """Every experiment of the scaling report, as `python -m benchmarks.scaling` runs them, its results
+    written to a temporary file: wall-clock seconds in all and per experiment."""
+    import tempfile
+    from pathlib import Path
+
+    from benchmarks.scaling.runner import run
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()):
+        start = time.perf_counter()
+        data = run([], REPORT_WORKERS, Path(tmp) / "results.json")
+        wall = time.perf_counter() - start
+    return {"wall_s": wall, "experiments": data["wall_s"], "load_after": os.getloadavg()[0]}
+
+
+ITEMS = {"workloads": workloads, "fleet": fleet, "report": report, "whole_report": whole_report}
 
 
 def main() -> None:

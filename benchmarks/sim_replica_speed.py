@@ -170,7 +170,7 @@ def render(data: dict[str, Any]) -> str:
     lines += [
         "",
         f"The scaling report's `{report['experiment']}` experiment, as `python -m benchmarks.scaling` runs it "
-        f"({report['workers']} workers, wall-clock, {_times(report.get('repeat', 1))}; load "
+        f"({report['workers']} workers, wall-clock, {_times(report['repeat'])}; load "
         f"{report['load_after']['before']:.1f} and {report['load_after']['after']:.1f} after the runs kept): "
         f"{wall['before']:.0f} s before, {wall['after']:.0f} s "
         f"after: {slowdown:.2f}x, {verdict} the {ALLOWED_SLOWDOWN:g}x issue 23 allows.",

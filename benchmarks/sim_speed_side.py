@@ -18,7 +18,9 @@ import io
 import json
 import os
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 H100 = "benchmarks/profiles/h100-gpt2-xl-fp16.json"
@@ -96,9 +98,6 @@ def report() -> dict[str, Any]:
 def whole_report() -> dict[str, Any]:
     """Every experiment of the scaling report, as `python -m benchmarks.scaling` runs them, its results
     written to a temporary file: wall-clock seconds in all and per experiment."""
-    import tempfile
-    from pathlib import Path
-
     from benchmarks.scaling.runner import run
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stderr(io.StringIO()):

@@ -104,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     _common(run)
     run.add_argument(
         "--policy", action="append",
-        help=f"request:MS, pertoken:MS, planner, fixed:N, or an anchor: {', '.join(ANCHORS)} (repeatable)",
+        help=f"request:MS, pertoken:MS, planner, fixed:N, an anchor: {', '.join(ANCHORS)}, or (--protocol trace) "
+        "the reference lagged:S (repeatable)",
     )
     run.add_argument(
         "--oracle", action="store_true", help="also compute the oracle lower bound on GPU-seconds"

@@ -7,7 +7,8 @@ replica's saturation rate for that query type), or ``trace:PATH`` (a CSV trace).
 
 Policies: ``request:T`` and ``pertoken:T`` (the live autoscaler's policy at threshold T ms), ``planner``
 or ``planner:F`` (the project's own, planning the per-token latency at F of what the SLO allows, as the
-live ``scaler.planner.plan_fraction``; default 0.6) and ``fixed:N`` (N replicas, no autoscaler). Options
+live ``scaler.planner.plan_fraction``; default 0.6), ``fixed:N`` (N replicas, no autoscaler) and, in the
+trace protocol, the reference ``lagged:S`` (:mod:`nlgsim.lagged`: the oracle's counts held S seconds). Options
 after a space change the scaler's spec for that policy alone: ``wN`` its ``time_window`` and ``sN`` its
 ``stabilization_window``, in seconds (``pertoken:25 w60``, ``planner s600``). A run is named by its text
 exactly as written.
@@ -24,6 +25,8 @@ import yaml
 from autoscaler.config import PlannerSpec, ScalerSpec, parse_scaler, to_dict
 from nlgsim.anchors import ANCHORS
 from nlgsim.capacity import saturation_rate
+from nlgsim.lagged import NAME as LAGGED
+from nlgsim.lagged import OracleCounts, lagged_policy
 from nlgsim.planner import PlannerConfig, planner_policy, sizing_settings
 from nlgsim.policy import Policy, hpa_policy
 from nlgsim.profile import EngineProfile
@@ -180,9 +183,10 @@ def policy_spec(text: str, base: ScalerSpec) -> ScalerSpec:
 
 
 def build_policy(
-    text: str, base: ScalerSpec, planner: PlannerConfig | None = None
+    text: str, base: ScalerSpec, planner: PlannerConfig | None = None, oracle: OracleCounts | None = None
 ) -> tuple[Policy | None, int]:
-    """A policy (``None`` for fixed replicas) and the replicas to start with."""
+    """A policy (``None`` for fixed replicas) and the replicas to start with; ``lagged:H`` replays
+    ``oracle``, the counts the trace protocol's oracle found."""
     head = text.split()[0] if text.split() else ""
     kind, _, arg = head.partition(":")
     spec = policy_spec(text, base)
@@ -201,10 +205,18 @@ def build_policy(
         return planner_policy(spec, planner, text), max(spec.min_deployment_count, 1)
     if kind in ANCHORS and not arg:
         return ANCHORS[kind](spec, text, planner), max(spec.min_deployment_count, 1)
+    if kind == LAGGED:
+        hold = _number(arg, f"--policy {text!r}: the seconds a need is held, e.g. lagged:300")
+        if oracle is None:
+            raise ValueError(
+                f"--policy {text!r} replays the oracle's count of each interval: run it with --protocol trace"
+            )
+        return lagged_policy(spec, text, hold, oracle), max(spec.min_deployment_count, 1)
     if kind == "fixed":
         if not arg.isdigit() or int(arg) < 1:
             raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")
         return None, int(arg)
     raise ValueError(
-        f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F], fixed:N or an anchor: {', '.join(ANCHORS)}"
+        f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F], fixed:N, lagged:S (--protocol trace) or an "
+        f"anchor: {', '.join(ANCHORS)}"
     )

@@ -18,7 +18,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from nlgsim.oracle import OracleResult  # noqa: E402
-from nlgsim.protocol_tables import Spread, by_policy, family, stat, window_ratios  # noqa: E402
+from nlgsim.protocol_tables import REFERENCES, Spread, by_policy, family, stat, window_ratios  # noqa: E402
 from nlgsim.results import SLO, replicas_over_time, request_table  # noqa: E402
 from nlgsim.simulator import RunLog  # noqa: E402
 
@@ -137,10 +137,12 @@ def distributions(series: Mapping[str, Sequence[float]], path: Path, title: str,
 # -- a protocol's result (benchmarks/scaling_policies.md) ----------------------------------------------
 
 FAMILY_COLOURS = {"request": "#7f7f7f", "pertoken": "#1f77b4", "planner": "#d62728", "fixed": "#2ca02c"}
+#: The references (the lagged oracle, nlgsim/lagged.py): their own colour, and no front of settings.
+REFERENCE_COLOURS = dict.fromkeys(REFERENCES, "#8c564b")
 
 
 def _colour(policy: str) -> str:
-    return FAMILY_COLOURS.get(family(policy), "#9467bd")
+    return {**FAMILY_COLOURS, **REFERENCE_COLOURS}.get(family(policy), "#9467bd")
 
 
 def _spread_bars(
@@ -360,7 +362,8 @@ def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
 
 
 def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
-    """The window whose oracle costs most: the planners and one HPA policy, each beside the oracle."""
+    """The window whose oracle costs most: the planners, one HPA policy and the lagged oracles, each beside
+    the oracle."""
     orc = result.oracle
     assert orc is not None
     rep = max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
@@ -375,6 +378,8 @@ def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     shown = {p: in_rep[p].timeline for p in planners[:2]}
     if hpa:
         shown[hpa[0].name] = in_rep[hpa[0].name].timeline
+    # The lagged oracle: the oracle's own counts, a start-up late and held (nlgsim/lagged.py).
+    shown.update({p: in_rep[p].timeline for p in in_rep if family(p) in REFERENCES})
     length = (rep.until or 0.0) - rep.since
     i0 = int(round((rep.offset + rep.since) / orc.interval_s))
     orc_n = list(orc.replicas[i0 : i0 + int(math.ceil(length / orc.interval_s))])

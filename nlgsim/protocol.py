@@ -38,6 +38,7 @@ from typing import Any
 from autoscaler.config import ScalerSpec, to_dict
 from nlgsim.experiment import build_policy, parse_workload, planner_config
 from nlgsim.feasibility import feasibility
+from nlgsim.lagged import OracleCounts
 from nlgsim.oracle import ORACLE_WARMUP_S, Mapper, oracle
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
@@ -206,8 +207,9 @@ def _timeline(log: RunLog, since: float, until: float | None) -> tuple[tuple[flo
     return tuple(points)
 
 
-def run_one(plan: Plan, key: RunKey, initial: int) -> RunResult:
-    """One policy on one replicate; ``initial`` replicas while nothing is measured (``fixed:N``: N)."""
+def run_one(plan: Plan, key: RunKey, initial: int, oracle: OracleCounts | None = None) -> RunResult:
+    """One policy on one replicate; ``initial`` replicas while nothing is measured (``fixed:N``: N);
+    ``oracle``: the trace's counts on the replicate's clock, which ``lagged:H`` replays."""
     profile = _profile(plan.profile)
     if plan.protocol == "thesis":
         requests = thesis_requests_for(plan, key.replicate)
@@ -215,7 +217,7 @@ def run_one(plan: Plan, key: RunKey, initial: int) -> RunResult:
     else:
         requests, since, until = _window_requests(plan, key.replicate)
     cfg = planner_config(profile, requests, plan.slo, plan.loop_interval, plan.startup_s, plan.scaler.planner)
-    policy, default_initial = build_policy(key.policy, plan.scaler, cfg)
+    policy, default_initial = build_policy(key.policy, plan.scaler, cfg, oracle)
     scenario = Scenario(
         profile, requests, policy,
         initial_replicas=default_initial if policy is None else initial,
@@ -227,7 +229,12 @@ def run_one(plan: Plan, key: RunKey, initial: int) -> RunResult:
     return RunResult(key, summary, _timeline(log, since, until))
 
 
-def _run_task(task: tuple[Plan, RunKey, int]) -> RunResult:
+def _counts(orc: OracleSummary | None, rep: Replicate) -> OracleCounts | None:
+    """The oracle's counts on the replicate's clock (its time 0 is the trace's ``rep.offset``)."""
+    return None if orc is None else OracleCounts(orc.replicas, orc.interval_s, rep.offset)
+
+
+def _run_task(task: tuple[Plan, RunKey, int, OracleCounts | None]) -> RunResult:
     return run_one(*task)
 
 
@@ -308,7 +315,7 @@ def _run_plan(plan: Plan, workers: int, map_: Mapper, progress: Callable[[str], 
         workload, reps, everything = _thesis_replicates(plan)
     else:
         workload, reps, everything, orc, changes = _trace_replicates(plan, map_, say)
-    tasks = [(plan, RunKey(p, r.index), r.initial) for r in reps for p in plan.policies]
+    tasks = [(plan, RunKey(p, r.index), r.initial, _counts(orc, r)) for r in reps for p in plan.policies]
     say(f"{len(tasks)} runs on {workers} worker(s)")
     runs = list(map_(_run_task, tasks))
     return ProtocolResult(

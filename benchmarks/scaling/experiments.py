@@ -107,6 +107,10 @@ def _trace(
 #: (nlgsim/anchors.py); each experiment adds the fixed fleets around its best one, so the best fixed
 #: fleet in hindsight (the fewest replicas reaching the target) is one of its rows.
 FLEET = ("planner", "pertoken:15 w30", "kpa", "keda-waiting", "dynamo")
+#: The lagged oracle (nlgsim/lagged.py) holding each need two, five and ten start-ups of the H100 profile: from
+#: letting replicas go between bursts to the planner's burst lookback. A reference of what reacting to exactly
+#: measured need reaches, beside the fixed fleets in every fleet-scale table.
+LAGGED = ("lagged:120", "lagged:300", "lagged:600")
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -136,12 +140,12 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
         ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:2000", "request:5000",
-         "kpa", "keda-waiting", "dynamo", "fixed:1", "fixed:2", "fixed:3"),
+         "kpa", "keda-waiting", "dynamo", *LAGGED, "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
         ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", "kpa", "keda-waiting",
-         "dynamo", "fixed:1"),
+         "dynamo", *LAGGED, "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",
@@ -150,19 +154,19 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
+        (*FLEET, *LAGGED, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, "planner:0.9", "fixed:5", "fixed:6", "fixed:7"), scale=10,
+        (*FLEET, "planner:0.9", *LAGGED, "fixed:5", "fixed:6", "fixed:7"), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
+        (*FLEET, *LAGGED, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
+        (*FLEET, *LAGGED, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
     ),  # fmt: skip
 )
 

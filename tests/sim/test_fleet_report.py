@@ -7,6 +7,7 @@ import math
 
 from benchmarks.scaling import fleet
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
+from nlgsim.protocol_tables import trace_table
 from nlgsim.results import Summary
 
 
@@ -100,3 +101,42 @@ def test_slot_bound_says_whether_a_higher_plan_fraction_left_the_planners_gpu_se
     cheaper = made({"planner": (0.995, 1200.0), "planner:0.9": (0.99, 1100.0), "fixed:4": (0.992, 1400.0)})
     assert not fleet.slot_bound(cheaper)
     assert not fleet.slot_bound(RESULT) and not fleet.slot_bound(None)  # not run: the claim is not made
+
+
+def test_the_lagged_oracle_is_a_reference_never_the_cheapest_and_never_an_approach():
+    lagged = made({"lagged:300": (0.999, 800.0), "planner": (0.995, 1200.0), "fixed:4": (0.992, 1400.0)})
+    assert fleet.cheapest(lagged).name == "planner"  # the reference is cheaper, but no user can run it
+    assert fleet.cheapest(lagged, ("lagged",)).name == "lagged:300"
+    table = fleet.approaches_table({"trace-code-h100-x10": lagged})
+    assert "| `planner` " in table and "lagged" not in table
+    assert "| lagged:300 " in fleet.fleet_table(lagged)  # a row of the experiment's own table
+
+
+def test_the_lagged_lines_say_per_row_not_met_which_hold_meets_the_goal_or_what_keeps_the_closest_short():
+    # code x10 (<= 0.85x the best fixed): lagged:300 at 800 / 1400 = 0.57x meets it; lagged:120 misses the target.
+    met = made({"lagged:120": (0.97, 600.0), "lagged:300": (0.999, 800.0), "planner": (0.995, 1300.0),
+                "fixed:4": (0.992, 1400.0)})  # fmt: skip
+    lines = fleet.lagged_lines({"trace-code-h100-x10": met})
+    assert lines == "- `azure2023_code` x10: met by `lagged:300` (99.90%, 0.57x `fixed:4`, 0.73x the start-up bound)"
+    # Reaching the target, but dearer than the goal: the cheapest one at the target says by how much.
+    dear = made({"lagged:300": (0.995, 1300.0), "lagged:600": (0.999, 1350.0), "planner": (0.995, 1300.0),
+                 "fixed:4": (0.992, 1400.0)})  # fmt: skip
+    assert fleet.lagged_lines({"trace-code-h100-x10": dear}).endswith(
+        "not met by any hold: `lagged:300` at 0.93x `fixed:4`'s GPU-s"
+    )
+    # None at the target: the closest, by attainment.
+    short = made({"lagged:120": (0.90, 700.0), "lagged:600": (0.95, 1000.0), "planner": (0.90, 900.0),
+                  "fixed:4": (0.992, 1400.0)})  # fmt: skip
+    assert fleet.lagged_lines({"trace-code-h100-x10": short}).endswith(
+        "none reaches the target; `lagged:600`, the closest, 95.00% at 0.71x `fixed:4`"
+    )
+    # A row met, or a row whose experiment ran no lagged oracle, has no line.
+    assert fleet.lagged_lines({"trace-conv-h100-x10": RESULT, "trace-code-h100-x10": RESULT}) == ""
+
+
+def test_the_front_of_a_trace_table_is_over_the_policies_a_user_can_run():
+    # lagged:300 is cheaper and better than the planner; the planner stays on the front, the reference is not on it.
+    lagged = made({"lagged:300": (0.999, 800.0), "planner": (0.995, 1200.0), "fixed:4": (0.992, 1400.0)})
+    cells = [line.split("|") for line in trace_table(lagged, 0.99).splitlines()[2:]]
+    rows = {c[1].strip(): c[2].strip() for c in cells}
+    assert rows == {"lagged:300": "", "planner": "*", "fixed:4": ""}

@@ -16,6 +16,7 @@ from sim_testkit import paper_profile
 
 from autoscaler.config import ScalerSpec
 from nlgsim.cli import build_parser, main, plan_from_args
+from nlgsim.lagged import held_need
 from nlgsim.oracle import ORACLE_WARMUP_S
 from nlgsim.policy import hpa_policy
 from nlgsim.protocol import (
@@ -151,6 +152,24 @@ def test_the_oracle_is_never_above_a_policy_that_meets_the_target_in_a_window(tr
             met += 1
             assert run.summary.gpu_seconds >= rep.oracle_gpu_s - 1e-6
     assert met >= 2
+
+
+def test_the_lagged_oracles_pods_follow_the_oracles_counts_held_on_the_trace_clock(trace_file, profile_file):
+    plan = trace_plan(trace_file, profile_file, policies=("lagged:60", "fixed:1"))
+    result = run_plan(plan)
+    orc = result.oracle
+    assert orc is not None
+    followed = 0
+    for run in result.runs:
+        if run.key.policy != "lagged:60":
+            continue
+        rep = result.replicates[run.key.replicate]
+        assert run.timeline[0] == (0.0, rep.initial)
+        for t, pods in run.timeline[1:]:
+            found = held_need(orc.replicas, orc.interval_s, rep.offset + rep.since + t, 60.0)
+            assert found is not None and pods == found[0]
+            followed += 1
+    assert followed >= 2  # the bursts' counts came and went
 
 
 def test_one_worker_or_two_give_the_same_numbers(profile_file):

@@ -493,7 +493,8 @@ def planner_decide(
     desired = bounds(limited, spec)
     values = {
         "demand": demand, "forecast": forecast, "burst": burst, "planned": planned, "per_replica": per_replica,
-        "throughput_replicas": throughput, "queue_replicas": queued,
+        "forecast_replicas": by_forecast, "burst_replicas": by_burst, "throughput_replicas": throughput,
+        "queue_replicas": queued,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile

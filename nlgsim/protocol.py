@@ -210,6 +210,16 @@ def _timeline(log: RunLog, since: float, until: float | None) -> tuple[tuple[flo
 def run_one(plan: Plan, key: RunKey, initial: int, oracle: OracleCounts | None = None) -> RunResult:
     """One policy on one replicate; ``initial`` replicas while nothing is measured (``fixed:N``: N);
     ``oracle``: the trace's counts on the replicate's clock, which ``lagged:H`` replays."""
+    log, since, until = simulate_one(plan, key, initial, oracle)
+    summary = summarize(log, plan.slo, key.policy, since=since, until=until)
+    return RunResult(key, summary, _timeline(log, since, until))
+
+
+def simulate_one(
+    plan: Plan, key: RunKey, initial: int, oracle: OracleCounts | None = None
+) -> tuple[RunLog, float, float | None]:
+    """:func:`run_one`'s simulation, whole: its log (every round's decision included), and the measured
+    window's start and end on the run's clock (no end: the run's)."""
     profile = _profile(plan.profile)
     if plan.protocol == "thesis":
         requests = thesis_requests_for(plan, key.replicate)
@@ -224,9 +234,7 @@ def run_one(plan: Plan, key: RunKey, initial: int, oracle: OracleCounts | None =
         loop_interval=plan.loop_interval, scrape_interval=plan.scrape_interval, startup_s=plan.startup_s,
         routing=plan.routing, name=key.policy, control_from=since,
     )  # fmt: skip
-    log = simulate(scenario)
-    summary = summarize(log, plan.slo, key.policy, since=since, until=until)
-    return RunResult(key, summary, _timeline(log, since, until))
+    return simulate(scenario), since, until
 
 
 def _counts(orc: OracleSummary | None, rep: Replicate) -> OracleCounts | None:

@@ -265,6 +265,24 @@ def first_burst_values(bursts: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``need.*`` placeholders from ``benchmarks/need_estimate.py``'s results: on `conv` above its
+    recorded rate, how far the planner's work, planned count and holds stand from the oracle's need, in
+    replicas, with the checks the prose relies on (the work below the need, the planned count and the
+    holds above it)."""
+    rows = [r for r in (needs or {}).get("rows", []) if r["trace"] == "azure2023_conv" and r["scale"] > 1]
+    work = [r["terms"]["work measured"]["mean"] for r in rows]
+    planned = [r["terms"]["planned (the largest)"]["mean"] for r in rows]
+    held = [r["terms"]["asked for"]["mean"] - r["terms"]["planned (the largest)"]["mean"] for r in rows]
+    return {
+        "need.conv.work_below": range_text([-w for w in work], ".2f"),
+        "need.conv.work_spread": range_text([r["terms"]["work measured"]["sd"] for r in rows], ".2f"),
+        "need.conv.planned_above": range_text(planned, ".2f"),
+        "need.conv.held": range_text(held, ".2f"),
+        "check:need.conv_signs": "true" if rows and all(w < 0 for w in work) and min(planned + held) > 0 else "false",
+    }
+
+
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     """The ``fleet.*`` placeholders: the summary table, and per experiment its command, workload, oracle
     and table (``not run`` where the results lack it)."""

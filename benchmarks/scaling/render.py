@@ -30,6 +30,7 @@ REPORT = ROOT / "benchmarks" / "scaling_policies.md"
 FIGURES = ROOT / "benchmarks" / "figures"
 SIM_TO_REAL = ROOT / "benchmarks" / "results" / "sim_to_real.json"
 FIRST_BURST = ROOT / "benchmarks" / "results" / "first_burst.json"
+NEED_ESTIMATE = ROOT / "benchmarks" / "results" / "need_estimate.json"
 PLACEHOLDER = re.compile(r"\{\{([^{}]+?)\}\}")
 
 
@@ -71,14 +72,17 @@ def figure_values(data: Mapping[str, Any], draw: bool, shown: set[str]) -> dict[
 
 
 def render(
-    data: Mapping[str, Any], real: Mapping[str, Any] | None, bursts: Mapping[str, Any] | None, draw: bool = False
+    data: Mapping[str, Any], real: Mapping[str, Any] | None, bursts: Mapping[str, Any] | None, draw: bool = False,
+    needs: Mapping[str, Any] | None = None,
 ) -> str:  # fmt: skip
-    """The report; ``real`` and ``bursts``: the sim-to-real and first-burst results, where there are."""
+    """The report; ``real``, ``bursts`` and ``needs``: the sim-to-real, first-burst and need-estimate
+    results, where there are."""
     template = TEMPLATE.read_text()
     given = {
         **values(data, real),
         **fleet.placeholders(data),
         **fleet.first_burst_values(bursts),
+        **fleet.need_values(needs),
         **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
     }
     return fill(template, given)
@@ -97,7 +101,8 @@ def main(argv: list[str] | None = None) -> int:
     data = json.loads(args.results.read_text())
     real = json.loads(SIM_TO_REAL.read_text()) if SIM_TO_REAL.exists() else None
     bursts = json.loads(FIRST_BURST.read_text()) if FIRST_BURST.exists() else None
-    args.out.write_text(render(data, real, bursts, draw=not args.no_figures))
+    needs = json.loads(NEED_ESTIMATE.read_text()) if NEED_ESTIMATE.exists() else None
+    args.out.write_text(render(data, real, bursts, draw=not args.no_figures, needs=needs))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

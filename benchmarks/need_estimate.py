@@ -1,0 +1,166 @@
+"""How far the planner's count stands from the replicas each interval needed, term by term.
+
+    .venv/bin/python -m benchmarks.need_estimate --workers 2 \
+        --json benchmarks/results/need_estimate.json --report benchmarks/need_estimate.md
+
+The oracle (`nlgsim/oracle.py`) finds the fewest replicas each 30 s interval of a trace needed; the
+lagged oracle (`nlgsim/lagged.py`), which holds that exact need a start-up late, says how much of a
+row's gap reacting at all leaves. This measures the rest: the planner's own estimate of the need. It
+replays the planner on every window of the scaling report's summary rows (`benchmarks/scaling/fleet.py`'s
+`ROWS`, each window opening as the report's does) and sets each round's terms against the oracle's
+count for the interval the round falls in: the work it measured (demand over the profile's capacity for
+the mix, in replicas' worth), the forecast at its headroom and the burst level in whole replicas, the
+TTFT queue's count, the count it planned (the largest of those), the count it asked for after the tail
+guard, the scale-in holds, stabilization and rate limits, and the pods it had. A term's mean over the
+need says how far it stands off on average, its spread how much it moves round to round; a hold that
+keeps the highest of a noisy term for minutes pays about its spread on top of its mean.
+
+Deterministic: a re-run on any machine gives the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import statistics
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.scaling.experiments import experiment
+from benchmarks.scaling.fleet import ROWS
+from benchmarks.scaling.runner import plan_of
+from nlgsim.protocol import simulate_one
+from nlgsim.protocol_result import RunKey
+from nlgsim.simulator import LoopRecord
+
+RESULTS = harness.REPO / "benchmarks/results/scaling_policies.json"
+POLICY = "planner"
+
+#: Each term: its name in the report, and how it is read from a round's decision.
+TERMS: dict[str, Callable[[LoopRecord], float]] = {
+    "work measured": lambda r: r.values["demand"] / r.values["per_replica"],
+    "forecast at its headroom": lambda r: r.values["forecast_replicas"],
+    "burst level": lambda r: r.values["burst_replicas"],
+    "TTFT queue": lambda r: r.values["queue_replicas"],
+    "planned (the largest)": lambda r: max(r.values["throughput_replicas"], r.values["queue_replicas"]),
+    "asked for": lambda r: float(r.desired),
+    "pods": lambda r: float(r.current),
+}
+
+
+def window_rounds(
+    key: str, index: int, initial: int, offset: float, needed: tuple[int, ...], interval: float
+) -> list[dict[str, float]]:
+    """Each round of the planner in the window's measured part: the oracle's need and every term."""
+    plan = plan_of(experiment(key))
+    log, since, until = simulate_one(plan, RunKey(POLICY, index), initial)
+    end = until if until is not None else log.end
+    rounds = []
+    for r in log.loops:
+        if since <= r.time < end and "forecast_replicas" in r.values:
+            need = needed[min(int((offset + r.time) // interval), len(needed) - 1)]
+            rounds.append({"need": float(need), **{name: read(r) for name, read in TERMS.items()}})
+    return rounds
+
+
+def _window_task(task: tuple[str, int, int, float, tuple[int, ...], float]) -> list[dict[str, float]]:
+    return window_rounds(*task)
+
+
+def stats(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Per term: the mean and spread (population standard deviation) of term less need, and the share
+    of rounds above and below the need."""
+    out = {}
+    for name in TERMS:
+        off = [r[name] - r["need"] for r in rounds]
+        out[name] = {
+            "mean": statistics.fmean(off),
+            "sd": statistics.pstdev(off),
+            "above": sum(x > 0 for x in off) / len(off),
+            "below": sum(x < 0 for x in off) / len(off),
+        }
+    return out
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    data = harness.read_json(RESULTS)["experiments"]
+    tasks = []
+    for _, _, key in ROWS:
+        orc = data[key]["oracle"]
+        for rep in data[key]["replicates"]:
+            tasks.append((key, rep["index"], rep["initial"], rep["offset"], tuple(orc["replicas"]), orc["interval_s"]))
+    with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
+        per_window = list(pool.map(_window_task, tasks, chunksize=1))
+    by_key: dict[str, list[dict[str, float]]] = {}
+    for task, rounds in zip(tasks, per_window, strict=True):
+        by_key.setdefault(task[0], []).extend(rounds)
+    rows = []
+    for trace, scale, key in ROWS:
+        rounds = by_key[key]
+        rows.append({
+            "trace": trace, "scale": scale, "key": key, "rounds": len(rounds),
+            "need": statistics.fmean(r["need"] for r in rounds), "terms": stats(rounds),
+        })  # fmt: skip
+    return {
+        "machine": harness.machine(),
+        "code": harness.revision("nlgsim", "autoscaler", "benchmarks/need_estimate.py"),
+        "date": datetime.date.today().isoformat(),
+        "policy": POLICY,
+        "rows": rows,
+    }
+
+
+def _signed(x: float) -> str:
+    return f"{x:+.2f}"
+
+
+def _held(terms: Mapping[str, Mapping[str, float]]) -> float:
+    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
+    return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
+
+
+def render(data: dict[str, Any]) -> str:
+    lines = [
+        "# The planner's count against the replicas each interval needed",
+        "",
+        f"Computed {data['date']} on {data['code']} with `benchmarks/need_estimate.py` (deterministic: the "
+        f"machine, {data['machine']['cpu']}, does not change the figures). `{data['policy']}` at its defaults "
+        "on every window of the scaling report's summary rows, each round's terms set against the oracle's "
+        "count for its interval (the need), in replicas: the mean of term less need, its spread (standard "
+        "deviation), and the rounds above and below the need. Work is in replicas' worth, not rounded; the "
+        "other terms are whole replicas. `asked for` is the count after the tail guard, the scale-in holds, "
+        "stabilization and rate limits; `pods` what the Deployment had.",
+        "",
+    ]
+    for row in data["rows"]:
+        terms = row["terms"]
+        lines += [
+            f"## `{row['trace']}` x{row['scale']}",
+            "",
+            f"{row['rounds']} rounds; the oracle's need {row['need']:.2f} replicas on average. The planned count "
+            f"stands {_signed(terms['planned (the largest)']['mean'])} off the need and the holds add "
+            f"{_signed(_held(terms))}; the work measured is {_signed(terms['work measured']['mean'])} off it, "
+            f"spread {terms['work measured']['sd']:.2f}.",
+            "",
+            "| term | mean less need | spread | rounds above the need | rounds below |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, s in terms.items():
+            lines.append(f"| {name} | {_signed(s['mean'])} | {s['sd']:.2f} | {s['above']:.0%} | {s['below']:.0%} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    harness.output_arguments(parser)
+    parser.add_argument("--workers", type=int, default=1, help="processes to spread the windows over")
+    args = parser.parse_args(argv)
+    harness.publish(render(harness.results(args, measure)), args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

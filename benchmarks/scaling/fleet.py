@@ -206,9 +206,9 @@ def _missed(results: Mapping[str, ProtocolResult]) -> list[tuple[str, int, Proto
 
 
 def lagged_lines(results: Mapping[str, ProtocolResult]) -> str:
-    """Per row not met, what the lagged oracle reaches: the references that meet its goal, or the one
-    closest to it (the highest attainment, then the fewest GPU-seconds) and what keeps it short; one
-    Markdown bullet a row, "" when no row not met ran them."""
+    """Per row not met, what the lagged oracle reaches: the references that meet its goal; else the
+    cheapest of those reaching the target and what keeps it from the goal, or, none reaching it, the one
+    with the highest attainment. One Markdown bullet a row, "" when no row not met ran them."""
     lines = []
     for trace, scale, result in _missed(results):
         target = float(result.command["slo"]["target"])

@@ -15,6 +15,11 @@ guard, the scale-in holds, stabilization and rate limits, and the pods it had. A
 need says how far it stands off on average, its spread how much it moves round to round; a hold that
 keeps the highest of a noisy term for minutes pays about its spread on top of its mean.
 
+What being under the need costs: each interval whose need is above one replica is replayed on one
+replica fewer (`nlgsim.oracle.short_attainment`), and its attainment set against what a window of the
+report may miss. Where one such interval spends most of a window's allowance, a scaler has to stay
+above the need nearly always, and its margin is what its estimate's noise asks for.
+
 Deterministic: a re-run on any machine gives the same figures.
 """
 
@@ -22,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
+import math
 import statistics
 from collections.abc import Callable, Mapping
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +38,9 @@ from benchmarks import harness
 from benchmarks.scaling.experiments import experiment
 from benchmarks.scaling.fleet import ROWS
 from benchmarks.scaling.runner import plan_of
-from nlgsim.protocol import simulate_one
+from nlgsim.oracle import short_attainment
+from nlgsim.profile import load_profile
+from nlgsim.protocol import simulate_one, trace_requests, window_length
 from nlgsim.protocol_result import RunKey
 from nlgsim.simulator import LoopRecord
 
@@ -69,6 +78,31 @@ def _window_task(task: tuple[str, int, int, float, tuple[int, ...], float]) -> l
     return window_rounds(*task)
 
 
+def short_stats(key: str, needed: tuple[int, ...], map_: Any) -> dict[str, float]:
+    """One replica short of the need, over the intervals whose need is above one replica: how many, the
+    median attainment of their feasible requests, the share below the target, and the share of a window's
+    allowance of misses (its intervals times one less the target) that one interval at the median
+    spends, were its requests the window's average."""
+    plan = plan_of(experiment(key))
+    requests = trace_requests(plan)
+    profile = load_profile(plan.profile)
+    short = short_attainment(profile, requests, plan.slo, needed, routing=plan.routing, map_=map_)
+    got = [a for a in short if not math.isnan(a)]
+    intervals = window_length(plan, requests[-1].arrival) / plan.slo.interval_s
+    target = plan.slo.target
+    if not got:
+        return {"intervals": 0, "window_intervals": intervals, "target": target}
+    median = statistics.median(got)
+    return {
+        "intervals": len(got),
+        "median": median,
+        "below": sum(a < target for a in got) / len(got),
+        "window_intervals": intervals,
+        "target": target,
+        "allowance": (1 - median) / (intervals * (1 - target)),
+    }
+
+
 def stats(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     """Per term: the mean and spread (population standard deviation) of term less need, and the share
     of rounds above and below the need."""
@@ -93,6 +127,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             tasks.append((key, rep["index"], rep["initial"], rep["offset"], tuple(orc["replicas"]), orc["interval_s"]))
     with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
         per_window = list(pool.map(_window_task, tasks, chunksize=1))
+        short = {
+            key: short_stats(key, tuple(data[key]["oracle"]["replicas"]), functools.partial(pool.map, chunksize=4))
+            for _, _, key in ROWS
+        }
     by_key: dict[str, list[dict[str, float]]] = {}
     for task, rounds in zip(tasks, per_window, strict=True):
         by_key.setdefault(task[0], []).extend(rounds)
@@ -101,7 +139,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         rounds = by_key[key]
         rows.append({
             "trace": trace, "scale": scale, "key": key, "rounds": len(rounds),
-            "need": statistics.fmean(r["need"] for r in rounds), "terms": stats(rounds),
+            "need": statistics.fmean(r["need"] for r in rounds), "terms": stats(rounds), "short": short[key],
         })  # fmt: skip
     return {
         "machine": harness.machine(),
@@ -119,6 +157,19 @@ def _signed(x: float) -> str:
 def _held(terms: Mapping[str, Mapping[str, float]]) -> float:
     """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
     return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
+
+
+def short_text(short: Mapping[str, float]) -> str:
+    """The row's paragraph on what one replica under the need costs."""
+    window = f"a window of {short['window_intervals']:.0f} intervals at {short['target']:.0%}"
+    if not short["intervals"]:
+        return f"No interval needed more than one replica, so none was replayed one replica short ({window})."
+    return (
+        f"One replica short of the need, the {short['intervals']:.0f} intervals that needed more than one keep "
+        f"a median {short['median']:.1%} of their feasible requests, and {short['below']:.0%} of them fall below "
+        f"the target. At the median, one such interval spends {short['allowance']:.2f} of what {window} may "
+        "miss, were its requests the window's average."
+    )
 
 
 def render(data: dict[str, Any]) -> str:
@@ -149,7 +200,7 @@ def render(data: dict[str, Any]) -> str:
         ]
         for name, s in terms.items():
             lines.append(f"| {name} | {_signed(s['mean'])} | {s['sd']:.2f} | {s['above']:.0%} | {s['below']:.0%} |")
-        lines.append("")
+        lines += ["", short_text(row["short"]), ""]
     return "\n".join(lines)
 
 

@@ -264,6 +264,38 @@ def _fewest(score: Callable[[int], float], floor: int, cap: int, target: float) 
     return None
 
 
+def _intervals(
+    profile: EngineProfile,
+    requests: Sequence[Request],
+    slo: SLO,
+    warmup: float,
+    routing: str,
+    floor: int,
+    cap: int,
+) -> tuple[float, npt.NDArray[np.bool_], list[_Interval | None]]:
+    """The last arrival, which requests are feasible (in arrival order), and each interval's task (None
+    where it scores no request)."""
+    interval = slo.interval_s
+    reqs = sorted(requests, key=lambda r: (r.arrival, r.id))
+    feasible = ~infeasible(profile, reqs, slo)
+    arrivals = np.array([r.arrival for r in reqs])
+    horizon = float(arrivals[-1]) if len(reqs) else 0.0
+    tasks: list[_Interval | None] = []
+    for i in range(int(horizon // interval) + 1):
+        lo, first, hi = (
+            int(x) for x in np.searchsorted(arrivals, [i * interval - warmup, i * interval, (i + 1) * interval])
+        )
+        scored = np.zeros(hi - lo, dtype=bool)
+        scored[first - lo :] = feasible[first:hi]
+        if not scored.any():
+            tasks.append(None)
+            continue
+        base = reqs[lo].arrival
+        shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
+        tasks.append(_Interval(profile, shifted, scored, slo, routing, floor, cap))
+    return horizon, feasible, tasks
+
+
 def oracle(
     profile: EngineProfile,
     requests: Sequence[Request],
@@ -284,24 +316,8 @@ def oracle(
     if floor > max_replicas:
         raise ValueError(f"min_replicas = {min_replicas} is above max_replicas = {max_replicas}")
     interval = slo.interval_s
-    reqs = sorted(requests, key=lambda r: (r.arrival, r.id))
-    feasible = ~infeasible(profile, reqs, slo)
-    arrivals = np.array([r.arrival for r in reqs])
-    horizon = float(arrivals[-1]) if len(reqs) else 0.0
-    count = int(horizon // interval) + 1
-    tasks: list[_Interval | None] = []
-    for i in range(count):
-        lo, first, hi = (
-            int(x) for x in np.searchsorted(arrivals, [i * interval - warmup, i * interval, (i + 1) * interval])
-        )
-        scored = np.zeros(hi - lo, dtype=bool)
-        scored[first - lo :] = feasible[first:hi]
-        if not scored.any():
-            tasks.append(None)
-            continue
-        base = reqs[lo].arrival
-        shifted = [replace(r, arrival=r.arrival - base) for r in reqs[lo:hi]]
-        tasks.append(_Interval(profile, shifted, scored, slo, routing, floor, max_replicas))
+    horizon, feasible, tasks = _intervals(profile, requests, slo, warmup, routing, floor, max_replicas)
+    count = len(tasks)
     searched = iter(map_(_search, [task for task in tasks if task is not None]))
     answer: list[int] = []
     attained: list[float] = []
@@ -328,4 +344,36 @@ def oracle(
         tuple(unattainable),
         tuple(attained),
         int((~feasible).sum()),
+    )
+
+
+def _short(task: tuple[_Interval, int]) -> float:
+    interval, replicas = task
+    return _attainment(
+        interval.profile, interval.requests, interval.scored, replicas, slo=interval.slo, routing=interval.routing,
+        give_up=False,
+    )  # fmt: skip
+
+
+def short_attainment(
+    profile: EngineProfile,
+    requests: Sequence[Request],
+    slo: SLO,
+    replicas: Sequence[int],
+    *,
+    fewer: int = 1,
+    warmup: float = ORACLE_WARMUP_S,
+    routing: str = "round-robin",
+    map_: Mapper = map,
+) -> tuple[float, ...]:
+    """Each interval's attainment over its feasible requests on ``fewer`` replicas less than
+    ``replicas`` (the oracle's counts) gives it: what one interval under its need costs. NaN where that
+    leaves no replica, or where the interval scores no request."""
+    _, _, tasks = _intervals(profile, requests, slo, warmup, routing, 1, max(replicas, default=1))
+    if len(replicas) != len(tasks):
+        raise ValueError(f"{len(replicas)} replica counts for {len(tasks)} intervals of {slo.interval_s:g} s")
+    runs = [(task, n - fewer) for task, n in zip(tasks, replicas, strict=True) if task is not None and n - fewer >= 1]
+    done = iter(map_(_short, runs))
+    return tuple(
+        next(done) if task is not None and n - fewer >= 1 else math.nan for task, n in zip(tasks, replicas, strict=True)
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.scaling.analysis import PolicyFigures, figures, range_text
-from benchmarks.scaling.experiments import experiment
+from benchmarks.scaling.experiments import LONG_WINDOW, experiment
 from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import REFERENCES, by_policy, family
 from nlgsim.results import format_table
@@ -283,11 +283,46 @@ def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+def short_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``need.short.*`` placeholders from ``benchmarks/need_estimate.py``'s results: above the
+    traces' recorded rates, what an interval one replica under its need keeps of its feasible requests
+    (the median), and what share of a window's allowance of misses one such interval spends, with the
+    check the prose relies on (every such row spends more than half of it)."""
+    rows = [r for r in (needs or {}).get("rows", []) if r["scale"] > 1 and r.get("short", {}).get("intervals")]
+    allowance = [r["short"]["allowance"] for r in rows]
+    return {
+        "need.short.median": range_text([100 * r["short"]["median"] for r in rows], ".0f"),
+        "need.short.allowance": range_text(allowance, ".1f"),
+        "check:need.short_costly": "true" if rows and min(allowance) > 0.5 else "false",
+    }
+
+
+def long_window(results: Mapping[str, ProtocolResult], policy: str = LONG_WINDOW) -> bool:
+    """Whether the prose on ``policy`` holds: on each `conv` row not met it reaches the target for fewer
+    GPU-s than ``planner`` and more than the best fixed fleet's, and on `code` at its recorded rate it
+    falls short of the target."""
+    conv = [r for t, s, r in _missed(results) if t == "azure2023_conv" and s > 1]
+    code = results.get("trace-code-h100")
+    if not conv or code is None or policy not in by_policy(code):
+        return False
+    for result in conv:
+        runs, fixed = by_policy(result), best_fixed(result)
+        if policy not in runs or "planner" not in runs or fixed is None:
+            return False
+        target = float(result.command["slo"]["target"])
+        f, base = figures(result, policy), figures(result, "planner")
+        if not (_meets(f, target) and fixed.gpu.mean < f.gpu.mean < base.gpu.mean):
+            return False
+    return not _meets(figures(code, policy), float(code.command["slo"]["target"]))
+
+
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     """The ``fleet.*`` placeholders: the summary table, and per experiment its command, workload, oracle
     and table (``not run`` where the results lack it)."""
     out = {"fleet.summary": summary_table(results), "fleet.approaches": approaches_table(results)}
     out["fleet.lagged"] = lagged_lines(results)
+    out["fleet.long_window"] = LONG_WINDOW
+    out["check:fleet.long_window"] = str(long_window(results)).lower()
     out["fleet.slow_x_startup"] = f"{SLOW_SWING_X_STARTUP:g}"
     out["fleet.bursty_x_fixed"] = f"{BURSTY_X_FIXED:g}"
     startups = {r.oracle.startup_s for k, r in results.items() if k in {key for _, _, key in ROWS} and r.oracle}

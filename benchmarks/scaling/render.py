@@ -83,6 +83,7 @@ def render(
         **fleet.placeholders(data),
         **fleet.first_burst_values(bursts),
         **fleet.need_values(needs),
+        **fleet.short_values(needs),
         **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
     }
     return fill(template, given)

@@ -140,3 +140,34 @@ def test_the_front_of_a_trace_table_is_over_the_policies_a_user_can_run():
     cells = [line.split("|") for line in trace_table(lagged, 0.99).splitlines()[2:]]
     rows = {c[1].strip(): c[2].strip() for c in cells}
     assert rows == {"lagged:300": "", "planner": "*", "fixed:4": ""}
+
+
+def test_the_long_window_prose_holds_only_where_its_runs_say_so():
+    # conv rows not met (planner 1.2x fixed:4): the long window reaches the target between the two;
+    # code at its recorded rate: it falls short.
+    conv = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1500.0), "fixed:4": (0.992, 1400.0)})
+    code = made({"planner": (0.995, 1500.0), fleet.LONG_WINDOW: (0.985, 1450.0), "fixed:4": (0.992, 1400.0)})
+    rows = {"trace-conv-h100-x10": conv, "trace-conv-h100-x30": conv, "trace-code-h100": code}
+    assert fleet.long_window(rows)
+    assert fleet.values(rows)["check:fleet.long_window"] == "true"
+    assert not fleet.long_window({**rows, "trace-code-h100": conv})  # met the target on code
+    cheap = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1300.0), "fixed:4": (0.992, 1400.0)})
+    assert not fleet.long_window({**rows, "trace-conv-h100-x30": cheap})  # under the best fixed: say so instead
+    dear = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1800.0), "fixed:4": (0.992, 1400.0)})
+    assert not fleet.long_window({**rows, "trace-conv-h100-x10": dear})
+    short = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.98, 1500.0), "fixed:4": (0.992, 1400.0)})
+    assert not fleet.long_window({**rows, "trace-conv-h100-x10": short})
+    assert not fleet.long_window({"trace-conv-h100-x10": conv})  # not run on code: the claim is not made
+
+
+def test_the_short_values_read_every_row_above_the_recorded_rate():
+    def row(scale: int, median: float, allowance: float) -> dict:
+        return {"scale": scale, "short": {"intervals": 10, "median": median, "allowance": allowance}}
+
+    nothing_short = {"scale": 10, "short": {"intervals": 0}}
+    needs = {"rows": [row(1, 0.1, 9.0), row(10, 0.75, 0.9), row(30, 0.6, 1.4), nothing_short]}
+    got = fleet.short_values(needs)
+    assert got["need.short.median"] == "60 to 75" and got["need.short.allowance"] == "0.9 to 1.4"
+    assert got["check:need.short_costly"] == "true"
+    assert fleet.short_values({"rows": [row(10, 0.9, 0.4)]})["check:need.short_costly"] == "false"
+    assert fleet.short_values(None)["check:need.short_costly"] == "false"

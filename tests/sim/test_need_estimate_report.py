@@ -54,3 +54,25 @@ def test_the_statistics_are_of_term_less_need():
     assert s["mean"] == pytest.approx(1.0)  # (-1 + 1 + 2 + 2) / 4
     assert s["sd"] == pytest.approx(math.sqrt((4 + 0 + 1 + 1) / 4))
     assert (s["above"], s["below"]) == (0.75, 0.25)
+
+
+def test_each_rows_short_replay_is_set_against_a_windows_allowance():
+    for row in DATA["rows"]:
+        short = row["short"]
+        assert short["window_intervals"] > 0 and 0 < short["target"] < 1
+        if not short["intervals"]:
+            assert row["need"] == 1.0  # nothing needed more than one replica: nothing to replay
+            continue
+        assert 0 <= short["median"] < short["target"]  # one short of the fewest that meet it falls below
+        assert short["below"] == 1.0
+        window_may_miss = short["window_intervals"] * (1 - short["target"])
+        assert short["allowance"] == pytest.approx((1 - short["median"]) / window_may_miss)
+
+
+def test_the_short_paragraph_says_what_was_replayed():
+    short = {"intervals": 40, "median": 0.75, "below": 1.0, "window_intervals": 28, "target": 0.99, "allowance": 0.89}
+    text = need_estimate.short_text(short)
+    assert "the 40 intervals" in text and "median 75.0%" in text and "spends 0.89 of" in text
+    assert "a window of 28 intervals at 99%" in text
+    none = need_estimate.short_text({"intervals": 0, "window_intervals": 28, "target": 0.99})
+    assert none.startswith("No interval needed more than one replica")

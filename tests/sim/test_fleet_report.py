@@ -160,14 +160,19 @@ def test_the_long_window_prose_holds_only_where_its_runs_say_so():
     assert not fleet.long_window({"trace-conv-h100-x10": conv})  # not run on code: the claim is not made
 
 
-def test_the_short_values_read_every_row_above_the_recorded_rate():
-    def row(scale: int, median: float, allowance: float) -> dict:
-        return {"scale": scale, "short": {"intervals": 10, "median": median, "allowance": allowance}}
+def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_the_prose_needs():
+    def row(trace: str, scale: int, median: float, allowance: float) -> dict:
+        short = {"intervals": 10, "median": median, "allowance": allowance}
+        return {"trace": f"azure2023_{trace}", "scale": scale, "short": short}
 
-    nothing_short = {"scale": 10, "short": {"intervals": 0}}
-    needs = {"rows": [row(1, 0.1, 9.0), row(10, 0.75, 0.9), row(30, 0.6, 1.4), nothing_short]}
-    got = fleet.short_values(needs)
-    assert got["need.short.median"] == "60 to 75" and got["need.short.allowance"] == "0.9 to 1.4"
-    assert got["check:need.short_costly"] == "true"
-    assert fleet.short_values({"rows": [row(10, 0.9, 0.4)]})["check:need.short_costly"] == "false"
-    assert fleet.short_values(None)["check:need.short_costly"] == "false"
+    rows = [row("conv", 1, 0.1, 9.0), row("conv", 10, 0.288, 2.54), row("conv", 30, 0.906, 0.33)]
+    got = fleet.short_values({"rows": [*rows, {"trace": "azure2023_code", "scale": 10, "short": {"intervals": 0}}]})
+    assert got == {
+        "need.short.conv_x10.median": "29", "need.short.conv_x10.allowance": "2.54",
+        "need.short.conv_x30.median": "91", "need.short.conv_x30.allowance": "0.33",
+        "check:need.short.conv_x10_whole": "true", "check:need.short.conv_x30_few": "true",
+    }  # fmt: skip
+    turned = [row("conv", 10, 0.9, 0.4), row("conv", 30, 0.5, 1.8)]
+    got = fleet.short_values({"rows": turned})
+    assert got["check:need.short.conv_x10_whole"] == got["check:need.short.conv_x30_few"] == "false"
+    assert fleet.short_values(None)["check:need.short.conv_x10_whole"] == "false"

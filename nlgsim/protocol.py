@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from autoscaler.config import ScalerSpec, to_dict
+from nlgsim.anchors import ANCHORS
 from nlgsim.experiment import build_policy, parse_workload, planner_config
 from nlgsim.feasibility import feasibility
 from nlgsim.lagged import OracleCounts
@@ -67,14 +68,14 @@ class Protocol:
 PROTOCOLS = {
     "thesis": Protocol(
         "thesis", "seed", SLO(request_s=2.0), {"min_deployment_count": 1, "max_deployment_count": 4},
-        ("request:2000", "pertoken:20", "pertoken:25", "pertoken:30", "pertoken:35", "planner", "fixed:4"),
+        ("request:2000", "pertoken:20", "pertoken:25", "pertoken:30", "pertoken:35", "planner", *ANCHORS, "fixed:4"),
         count=3840, replicates=10,
     ),
     "trace": Protocol(
         "trace", "window", SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken")),
         {"min_deployment_count": 1, "max_deployment_count": 64, "stabilization_window": 120, "time_window": 30},
         ("planner", "pertoken:10 w30", "pertoken:15 w30", "pertoken:25 w30", "pertoken:10 w60", "pertoken:15 w60",
-         "pertoken:25 w60"),
+         "pertoken:25 w60", *ANCHORS),
         replicates=4,
     ),
 }  # fmt: skip

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+import nlgsim.anchors
 import nlgsim.protocol_result
 
 ExperimentKey = Literal[
@@ -39,10 +40,13 @@ PLANNERS = (
     "planner", "planner:0.65", "planner:0.7", "planner:0.75", "planner:0.8", "planner:0.85", "planner:0.9",
     "planner:1",
 )  # fmt: skip
+#: The policies a user would pick instead, at their projects' documented defaults (nlgsim/anchors.py): a row
+#: of every table that compares policies.
+ANCHORS = tuple(nlgsim.anchors.ANCHORS)
 FAMILIES = (
     "request:1000", "request:1500", "request:2000", "request:3000",
     "pertoken:20", "pertoken:22", "pertoken:25", "pertoken:30",
-    *PLANNERS, "fixed:3", "fixed:4",
+    *PLANNERS, *ANCHORS, "fixed:3", "fixed:4",
 )  # fmt: skip
 
 
@@ -106,7 +110,7 @@ def _trace(
 #: What every fleet-scale table compares: the project's policies and the anchors at their defaults
 #: (nlgsim/anchors.py); each experiment adds the fixed fleets around its best one, so the best fixed
 #: fleet in hindsight (the fewest replicas reaching the target) is one of its rows.
-FLEET = ("planner", "pertoken:15 w30", "kpa", "keda-waiting", "dynamo")
+FLEET = ("planner", "pertoken:15 w30", *ANCHORS)
 #: The lagged oracle (nlgsim/lagged.py) holding each need two, five and ten start-ups of the H100 profile: from
 #: letting replicas go between bursts to the planner's burst lookback. A reference of what reacting to exactly
 #: measured need reaches, beside the fixed fleets in every fleet-scale table.
@@ -143,17 +147,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
         ("planner", "planner:0.9", "planner s600", LONG_WINDOW, *_pertoken((10, 15, 25)), "request:2000",
-         "request:5000", "kpa", "keda-waiting", "dynamo", *LAGGED, "fixed:1", "fixed:2", "fixed:3"),
+         "request:5000", *ANCHORS, *LAGGED, "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
-        ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", "kpa", "keda-waiting",
-         "dynamo", *LAGGED, "fixed:1"),
+        ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", *ANCHORS, *LAGGED,
+         "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",
         ("planner", "planner:0.9", "planner s600", *_pertoken((25, 30, 40)), "request:10000", "request:20000",
-         "fixed:2", "fixed:3", "fixed:4"),
+         *ANCHORS, "fixed:2", "fixed:3", "fixed:4"),
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",

@@ -325,17 +325,22 @@ def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
+#: Policies a thesis result's replica figure draws, a panel each: the thesis's seven and the three anchors
+#: stay readable; a whole family's settings do not, and its front says more.
+REPLICA_PANELS = 10
+
+
 def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
-    """Which figures a result gets: ``summary``, ``replicas`` (up to 8 policies) and ``front`` (where more
-    than one family runs over several settings).
+    """Which figures a result gets: ``summary``, ``replicas`` (up to ``REPLICA_PANELS`` policies) and
+    ``front`` (where more than one family runs over several settings).
 
     A trace whose oracle needs the same replicas throughout gets none: every policy's line would be flat.
     """
     runs = by_policy(result)
     if result.protocol == "thesis":
-        # Families compared over their settings get the front; a panel a policy stays readable up to 8.
+        # Families compared over their settings get the front.
         several = sum(sum(family(p) == f for p in runs) > 1 for f in FAMILY_COLOURS) > 1
-        return ["summary", *(["replicas"] if len(runs) <= 8 else []), *(["front"] if several else [])]
+        return ["summary", *(["replicas"] if len(runs) <= REPLICA_PANELS else []), *(["front"] if several else [])]
     orc = result.oracle
     return [] if orc is None or max(orc.replicas) == min(orc.replicas) else ["summary", "replicas"]
 

@@ -396,7 +396,9 @@ def _family_values(prefix: str, result: ProtocolResult) -> dict[str, str]:
 def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> dict[str, str]:
     """What the prose takes for granted, as ``check:`` values the renderer refuses when false."""
     step, ramp = results["thesis-step"], results["thesis-ramp"]
-    firsts = {round(figures(step, p).first_scale.mean, 1) for p in by_policy(step) if family(p) != "fixed"}
+    # The thesis's families: the anchors read other signals on their own clocks.
+    thesis = ("request", "pertoken", "planner")
+    firsts = {round(figures(step, p).first_scale.mean, 1) for p in by_policy(step) if family(p) in thesis}
     conv = results["trace-conv-h100"].oracle
     planner = data["thesis_planner"]
     warm, code = results["thesis-warm-step"], results["trace-code-h100"]

@@ -409,7 +409,7 @@ def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> d
     checks = {
         "thesis-step.same_first": len(firsts) == 1,
         "thesis-step.all_at_cap": _all_at_cap(step),
-        "thesis-ramp.all_at_cap": _all_at_cap(ramp),
+        "thesis-ramp.kept_at_cap": _kept_at_cap(ramp, thesis),
         # On the calibrated T4 per-token latency crosses 20 ms later, so its lead is smaller.
         "thesis-cal-ramp.smaller_lead": claims(results["thesis-cal-ramp"])["first_scale"][0]
         < claims(ramp)["first_scale"][0],
@@ -477,6 +477,17 @@ def _fixed_cheaper(result: ProtocolResult, level: float) -> bool:
 def _all_at_cap(result: ProtocolResult) -> bool:
     cap = result.command["scaler"]["max_deployment_count"]
     return all(s.max_replicas == cap for summaries in by_policy(result).values() for s in summaries)
+
+
+def _kept_at_cap(result: ProtocolResult, families: tuple[str, ...]) -> bool:
+    """Whether every run of ``families`` reached the cap and never went below it after."""
+    cap = result.command["scaler"]["max_deployment_count"]
+
+    def kept(counts: list[int]) -> bool:
+        return cap in counts and all(n == cap for n in counts[counts.index(cap) :])
+
+    runs = [r for r in result.runs if family(r.key.policy) in families]
+    return bool(runs) and all(kept([n for _, n in r.timeline]) for r in runs)
 
 
 def _claim_values() -> dict[str, str]:

@@ -9,6 +9,7 @@ import json
 import math
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,17 @@ def test_the_cheapest_at_the_target_is_named_as_what_it_is_beside_the_planner():
     assert analysis.versus_planner(policy("planner", 1.2)) == "no policy that reaches the target costs less"
     assert analysis.versus_planner(policy("fixed:3", 1.35)).startswith("a constant `fixed:3`, costs 1.35x")
     assert analysis.versus_planner(policy("planner:0.9", 1.24)).startswith("the cheapest at the target, `planner:0.9`")
+
+
+def test_kept_at_the_cap_means_reaching_it_and_never_going_below_after():
+    def timelines(**runs: tuple[tuple[float, int], ...]) -> ProtocolResult:
+        result = made({p.replace("_", ":"): [(0.99, 1900, 5)] for p in runs})
+        kept = tuple(replace(r, timeline=runs[r.key.policy.replace(":", "_")]) for r in result.runs)
+        return replace(result, command={**result.command, "scaler": {"max_deployment_count": 4}}, runs=kept)
+
+    up = ((0.0, 1), (10.0, 4))
+    result = timelines(planner=up, pertoken_20=((0.0, 1), (5.0, 2), (20.0, 4)), kpa=((0.0, 1), (9.0, 4), (50.0, 3)))
+    assert analysis._kept_at_cap(result, ("planner", "pertoken"))
+    assert not analysis._kept_at_cap(result, ("kpa",))  # went back to 3
+    assert not analysis._kept_at_cap(timelines(planner=((0.0, 1), (10.0, 3))), ("planner",))  # never at 4
+    assert not analysis._kept_at_cap(result, ("request",))  # none run: the claim is not made

@@ -115,8 +115,8 @@ FLEET = ("planner", "pertoken:15 w30", *ANCHORS)
 #: letting replicas go between bursts to the planner's burst lookback. A reference of what reacting to exactly
 #: measured need reaches, beside the fixed fleets in every fleet-scale table.
 LAGGED = ("lagged:120", "lagged:300", "lagged:600")
-#: The planner measuring over 120 s windows, four of the trace protocol's 30 s: an approach tried on the
-#: rows not met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
+#: The planner measuring over longer windows than the trace protocol's: an approach tried on the rows not
+#: met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
 LONG_WINDOW = "planner w120"
 
 

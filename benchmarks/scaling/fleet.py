@@ -12,8 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.config import ScalerSpec
 from benchmarks.scaling.analysis import PolicyFigures, figures, range_text
 from benchmarks.scaling.experiments import LONG_WINDOW, experiment
+from nlgsim.experiment import policy_spec
+from nlgsim.protocol import PROTOCOLS
 from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import REFERENCES, by_policy, family
 from nlgsim.results import format_table
@@ -323,12 +326,25 @@ def long_window(results: Mapping[str, ProtocolResult], policy: str = LONG_WINDOW
     return not _meets(figures(code, policy), float(code.command["slo"]["target"]))
 
 
+def long_window_values(policy: str = LONG_WINDOW) -> dict[str, str]:
+    """``policy``'s window (its ``wS`` option) and the trace protocol's, in seconds, and how many times
+    the one is the other."""
+    own = float(policy_spec(policy, ScalerSpec()).time_window)
+    protocol = float(PROTOCOLS["trace"].scaler["time_window"])
+    return {
+        "fleet.long_window_s": f"{own:g}",
+        "fleet.protocol_window_s": f"{protocol:g}",
+        "fleet.long_window_x": f"{own / protocol:g}",
+    }
+
+
 def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     """The ``fleet.*`` placeholders: the summary table, and per experiment its command, workload, oracle
     and table (``not run`` where the results lack it)."""
     out = {"fleet.summary": summary_table(results), "fleet.approaches": approaches_table(results)}
     out["fleet.lagged"] = lagged_lines(results)
     out["fleet.long_window"] = LONG_WINDOW
+    out.update(long_window_values())
     out["check:fleet.long_window"] = str(long_window(results)).lower()
     out["fleet.slow_x_startup"] = f"{SLOW_SWING_X_STARTUP:g}"
     out["fleet.bursty_x_fixed"] = f"{BURSTY_X_FIXED:g}"

@@ -176,3 +176,10 @@ def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_th
     got = fleet.short_values({"rows": turned})
     assert got["check:need.short.conv_x10_whole"] == got["check:need.short.conv_x30_few"] == "false"
     assert fleet.short_values(None)["check:need.short.conv_x10_whole"] == "false"
+
+
+def test_the_long_windows_seconds_are_read_from_its_policy_and_the_trace_protocol():
+    assert fleet.long_window_values("planner w90") == {
+        "fleet.long_window_s": "90", "fleet.protocol_window_s": "30", "fleet.long_window_x": "3",
+    }  # fmt: skip
+    assert fleet.long_window_values()["fleet.long_window_s"] == fleet.LONG_WINDOW.rpartition("w")[2]

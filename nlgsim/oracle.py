@@ -372,8 +372,9 @@ def short_attainment(
     _, _, tasks = _intervals(profile, requests, slo, warmup, routing, 1, max(replicas, default=1))
     if len(replicas) != len(tasks):
         raise ValueError(f"{len(replicas)} replica counts for {len(tasks)} intervals of {slo.interval_s:g} s")
-    runs = [(task, n - fewer) for task, n in zip(tasks, replicas, strict=True) if task is not None and n - fewer >= 1]
-    done = iter(map_(_short, runs))
-    return tuple(
-        next(done) if task is not None and n - fewer >= 1 else math.nan for task, n in zip(tasks, replicas, strict=True)
-    )
+    runs = [
+        (task, n - fewer) if task is not None and n - fewer >= 1 else None
+        for task, n in zip(tasks, replicas, strict=True)
+    ]
+    done = iter(map_(_short, [run for run in runs if run is not None]))
+    return tuple(math.nan if run is None else next(done) for run in runs)

@@ -139,10 +139,11 @@ def distributions(series: Mapping[str, Sequence[float]], path: Path, title: str,
 FAMILY_COLOURS = {"request": "#7f7f7f", "pertoken": "#1f77b4", "planner": "#d62728", "fixed": "#2ca02c"}
 #: The references (the lagged oracle, nlgsim/lagged.py): their own colour, and no front of settings.
 REFERENCE_COLOURS = dict.fromkeys(REFERENCES, "#8c564b")
+_COLOURS = {**FAMILY_COLOURS, **REFERENCE_COLOURS}
 
 
 def _colour(policy: str) -> str:
-    return {**FAMILY_COLOURS, **REFERENCE_COLOURS}.get(family(policy), "#9467bd")
+    return _COLOURS.get(family(policy), "#9467bd")
 
 
 def _spread_bars(

@@ -11,11 +11,11 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
 3. converts demand into work, in replicas' worth: demand over what one replica carries within the
    planned per-token latency for that mix (:func:`autoscaler.capacity.choices_per_second`), so that a
    rate that rises as outputs shorten is not read as more load;
-4. forecasts work ``lead_s`` ahead (one pod start-up) from the trend of the last ``trend_window_s``,
-   never below work now: a window's work is its average, that of half a window ago, so the forecast
-   reaches half a window further; the slope counts only the rise its scatter does not explain
-   (:func:`significant_slope`), and until the work seen spans half the trend window (after a start or a
-   restart) there is no trend, its slope being noise;
+4. forecasts work ``lead_s`` ahead (one pod start-up) from the trend of the last ``trend_window_s``
+   (at least two windows' spans, :func:`trend_span_s`), never below work now: a window's work is its
+   average, that of half a window ago, so the forecast reaches half a window further; the slope counts
+   only the rise its scatter does not explain (:func:`significant_slope`), and until the work seen spans
+   half the trend window (after a start or a restart) there is no trend, its slope being noise;
 5. takes the burst level (:func:`burst_level`): the ``burst_quantile`` of the peak work of each
    start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up;
 6. sizes for both (the larger count says which term set it): the forecast's replicas each at
@@ -184,6 +184,19 @@ def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> f
     independent = (points[-1][0] - points[0][0]) / span + 1.0
     error = math.sqrt(residual / (var * max(independent - 2.0, 1.0)))
     return max(slope - TREND_Z * error, 0.0)
+
+
+def trend_span_s(cfg: PlannerConfig, span: float) -> float:
+    """How far back the trend is fitted: ``trend_window_s``, and at least two windows of ``span`` s.
+
+    Each round's work is the average over the last ``span`` s, so points less than a span apart share
+    data. Over less than two spans every point overlaps every other: they lie close to a line whatever
+    the load did, their scatter understates the noise that :func:`significant_slope` tests the slope
+    against, and a slope of noise passes, which the lead then multiplies into replicas. Two spans hold
+    three windows that do not overlap (now, one span back, two back), the fewest a line's error can be
+    told from.
+    """
+    return max(cfg.trend_window_s, 2 * span)
 
 
 def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mix:
@@ -455,13 +468,14 @@ def planner_decide(
     )
     # In replicas' worth of work: a rate that rises as the outputs shorten is not more load.
     work = demand / per_replica
-    kept = max(cfg.trend_window_s, cfg.lookback_s)
+    fitted = trend_span_s(cfg, window.span)
+    kept = max(fitted, cfg.lookback_s)
     history = tuple((t, w) for t, w in state.work if t > now - kept) + ((now, work),)
-    recent = tuple((t, w) for t, w in history if t > now - cfg.trend_window_s)
+    recent = tuple((t, w) for t, w in history if t > now - fitted)
     # The window's work is its average, which stands for its middle, span / 2 ago: the forecast
     # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
     # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
-    spanned = recent[-1][0] - recent[0][0] >= cfg.trend_window_s / 2
+    spanned = recent[-1][0] - recent[0][0] >= fitted / 2
     slope = significant_slope(recent, window.span) if spanned else 0.0
     forecast = max(work, work + slope * (cfg.lead_s + window.span / 2))
     burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)

@@ -118,6 +118,9 @@ LAGGED = ("lagged:120", "lagged:300", "lagged:600")
 #: The planner measuring over longer windows than the trace protocol's: an approach tried on the rows not
 #: met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
 LONG_WINDOW = "planner w120"
+#: The long window beside its neighbours, on the rows where the windows were tried: whether a window meets
+#: a row alone or with the windows around it says whether the row is met by a setting or by a margin.
+WINDOWS = ("planner w60", "planner w90", LONG_WINDOW, "planner w180")
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (
@@ -146,13 +149,13 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
-        ("planner", "planner:0.9", "planner s600", LONG_WINDOW, *_pertoken((10, 15, 25)), "request:2000",
+        ("planner", "planner:0.9", "planner s600", *WINDOWS, *_pertoken((10, 15, 25)), "request:2000",
          "request:5000", *ANCHORS, *LAGGED, "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
-        ("planner", "planner:0.9", "planner s600", *_pertoken((10, 15, 25)), "request:10000", *ANCHORS, *LAGGED,
-         "fixed:1"),
+        ("planner", "planner:0.9", "planner s600", LONG_WINDOW, *_pertoken((10, 15, 25)), "request:10000", *ANCHORS,
+         *LAGGED, "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",
@@ -161,19 +164,19 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",
-        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
+        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, "planner:0.9", LONG_WINDOW, *LAGGED, "fixed:5", "fixed:6", "fixed:7"), scale=10,
+        (*FLEET, "planner:0.9", *WINDOWS, *LAGGED, "fixed:5", "fixed:6", "fixed:7"), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
+        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *LAGGED, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
+        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
     ),  # fmt: skip
 )
 

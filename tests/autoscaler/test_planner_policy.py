@@ -33,6 +33,7 @@ from autoscaler.planner import (
     scale_in_hold,
     significant_slope,
     trend,
+    trend_span_s,
     wait_budget_s,
 )
 from autoscaler.policy import build_policy
@@ -255,6 +256,43 @@ def test_a_linear_ramp_is_forecast_one_start_up_ahead_of_now_not_of_the_windows_
     for t in range(30, 120, 5):
         steady.at(t, window(20, span=30))
     assert steady.values["planned"] == pytest.approx(20)  # no trend, nothing added
+
+
+def test_the_trend_is_fitted_over_at_least_two_windows(profile_path):
+    cfg = planner_config(spec_for(profile_path).planner, load_profile(profile_path))
+    assert trend_span_s(cfg, 10) == trend_span_s(cfg, cfg.trend_window_s / 2) == cfg.trend_window_s
+    assert trend_span_s(cfg, 120) == 240
+
+
+def test_a_burst_that_long_windows_average_in_is_not_taken_for_a_trend(profile_path):
+    """Twenty choices a second, forty for 30 s of it. A 120 s window takes the burst in over 30 s, so
+    the windows of a 60 s trend window, each sharing most of its requests with the others, rise together
+    on a line with no scatter to test the slope against: fitted there, the burst's half-replica step
+    read as a slope the lead multiplies into 15% more than the work. Fitted over two windows' spans,
+    the step is a step, and the forecast stays within 1% of the work."""
+
+    def rate(second: int) -> float:
+        return 40.0 if 300 <= second < 330 else 20.0
+
+    p = Planner(spec_for(profile_path), 4)
+    for t in range(120, 600, 5):
+        p.at(t, window(sum(rate(s) for s in range(t - 120, t)) / 120, span=120, pods=4))
+        work = p.values["demand"] / p.values["per_replica"]
+        assert p.values["forecast"] <= 1.01 * work, t
+
+
+def test_a_ramp_measured_over_long_windows_keeps_its_trend(profile_path):
+    """Demand rises by 0.5 choices/s each second; a 120 s window's average is that of 60 s ago. Once
+    the work seen spans half of two windows, the forecast is the demand one start-up after now."""
+    spec = spec_for(profile_path)
+    cfg = planner_config(spec.planner, load_profile(profile_path))
+    p = Planner(spec, 1)
+    for t in range(120, 400, 5):
+        p.at(t, window(0.5 * (t - 60), span=120))
+        if t - 120 >= trend_span_s(cfg, 120) / 2:
+            assert p.values["planned"] == pytest.approx(0.5 * (t + cfg.lead_s)), t
+        else:
+            assert p.values["planned"] == pytest.approx(p.values["demand"]), t
 
 
 def test_noise_just_after_a_start_is_not_taken_for_a_trend(profile_path):

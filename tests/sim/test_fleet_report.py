@@ -68,7 +68,9 @@ def test_each_rows_goal():
     dear = made({"planner": (0.995, 1500.0), "fixed:4": (0.992, 1400.0)})
     assert "reaches it at 1.07x `fixed:4`" in fleet.verdict("azure2023_conv", 1, dear)[1]
     short = made({"planner": (0.98, 900.0), "fixed:4": (0.992, 1400.0)})
-    assert fleet.verdict("azure2023_conv", 1, short) == (False, "no policy of this project reaches the target")
+    assert fleet.verdict("azure2023_conv", 1, short) == (
+        False, "no policy of this project reaches the target at its defaults"
+    )
 
 
 def test_the_table_has_every_column_the_issue_asks_for_and_a_row_not_run_says_so():
@@ -143,21 +145,32 @@ def test_the_front_of_a_trace_table_is_over_the_policies_a_user_can_run():
 
 
 def test_the_long_window_prose_holds_only_where_its_runs_say_so():
-    # conv rows not met (planner 1.2x fixed:4): the long window reaches the target between the two;
-    # code at its recorded rate: it falls short.
-    conv = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1500.0), "fixed:4": (0.992, 1400.0)})
+    # conv rows not met at the defaults (planner 1.21x fixed:4); the long window meets the goal on both,
+    # the window beside it on neither; code at its recorded rate: the long window falls short of the target.
+    def conv(long: tuple[float, float], w90: tuple[float, float] = (0.995, 1500.0)) -> ProtocolResult:
+        runs = {"planner": (0.995, 1700.0), fleet.LONG_WINDOW: long, "planner w90": w90, "fixed:4": (0.992, 1400.0)}
+        return made(runs, paid=1300.0)
+
+    met = conv((0.995, 1350.0))
     code = made({"planner": (0.995, 1500.0), fleet.LONG_WINDOW: (0.985, 1450.0), "fixed:4": (0.992, 1400.0)})
-    rows = {"trace-conv-h100-x10": conv, "trace-conv-h100-x30": conv, "trace-code-h100": code}
+    rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met, "trace-code-h100": code}
+    assert not fleet.verdict("azure2023_conv", 10, met)[0]  # met only by a setting other than the defaults
     assert fleet.long_window(rows)
-    assert fleet.values(rows)["check:fleet.long_window"] == "true"
-    assert not fleet.long_window({**rows, "trace-code-h100": conv})  # met the target on code
-    cheap = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1300.0), "fixed:4": (0.992, 1400.0)})
-    assert not fleet.long_window({**rows, "trace-conv-h100-x30": cheap})  # under the best fixed: say so instead
-    dear = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.995, 1800.0), "fixed:4": (0.992, 1400.0)})
-    assert not fleet.long_window({**rows, "trace-conv-h100-x10": dear})
-    short = made({"planner": (0.995, 1700.0), fleet.LONG_WINDOW: (0.98, 1500.0), "fixed:4": (0.992, 1400.0)})
-    assert not fleet.long_window({**rows, "trace-conv-h100-x10": short})
-    assert not fleet.long_window({"trace-conv-h100-x10": conv})  # not run on code: the claim is not made
+    values = fleet.values(rows)
+    assert values["check:fleet.long_window"] == "true"
+    marked = [line for line in values["fleet.approaches"].splitlines() if "(meets the goal)" in line]
+    assert len(marked) == 1 and marked[0].startswith(f"| `{fleet.LONG_WINDOW}`") and marked[0].count("meets") == 2
+    assert values["fleet.window_goals"] == "`planner w90` on neither row"
+    assert values["check:fleet.window_edge"] == "true"
+    assert not fleet.long_window({**rows, "trace-code-h100": met})  # reached the target on code
+    assert not fleet.long_window({**rows, "trace-conv-h100-x10": conv((0.995, 1450.0))})  # over the best fixed
+    assert not fleet.long_window({**rows, "trace-conv-h100-x10": conv((0.98, 1350.0))})  # under the target
+    assert not fleet.long_window({"trace-conv-h100-x10": met})  # not run on code: the claim is not made
+    # The window beside it meets both rows too: no edge, and the prose saying there is one is refused.
+    wide = conv((0.995, 1350.0), w90=(0.995, 1380.0))
+    both = {**rows, "trace-conv-h100-x10": wide, "trace-conv-h100-x30": wide}
+    assert fleet.window_goals(both) == "`planner w90` on x10 and x30"
+    assert not fleet.window_edge(both)
 
 
 def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_the_prose_needs():

@@ -363,15 +363,21 @@ def window_edge(results: Mapping[str, ProtocolResult], around: tuple[str, ...] =
     )  # fmt: skip
 
 
-def long_window_values(policy: str = LONG_WINDOW) -> dict[str, str]:
+def long_window_values(policy: str = LONG_WINDOW, windows: tuple[str, ...] = WINDOWS) -> dict[str, str]:
     """``policy``'s window (its ``wS`` option) and the trace protocol's, in seconds, and how many times
-    the one is the other."""
+    the one is the other; the live autoscaler's default window, and whether ``windows`` run the planner
+    at it (the prose points there)."""
     own = float(policy_spec(policy, ScalerSpec()).time_window)
     protocol = float(PROTOCOLS["trace"].scaler["time_window"])
+    live = ScalerSpec().time_window
+    at_live = [p for p in windows if policy_spec(p, ScalerSpec(time_window=protocol)).time_window == live]
     return {
         "fleet.long_window_s": f"{own:g}",
         "fleet.protocol_window_s": f"{protocol:g}",
         "fleet.long_window_x": f"{own / protocol:g}",
+        "fleet.live_window_s": f"{live:g}",
+        "fleet.live_window": at_live[0] if at_live else "",
+        "check:fleet.live_window_run": "true" if at_live else "false",
     }
 
 

@@ -192,7 +192,10 @@ def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_th
 
 
 def test_the_long_windows_seconds_are_read_from_its_policy_and_the_trace_protocol():
-    assert fleet.long_window_values("planner w90") == {
+    assert fleet.long_window_values("planner w90", ("planner w90", "planner w60")) == {
         "fleet.long_window_s": "90", "fleet.protocol_window_s": "30", "fleet.long_window_x": "3",
+        "fleet.live_window_s": "60", "fleet.live_window": "planner w60", "check:fleet.live_window_run": "true",
     }  # fmt: skip
+    # The live default window not among the windows run: the prose pointing at its row is refused.
+    assert fleet.long_window_values(windows=("planner w90",))["check:fleet.live_window_run"] == "false"
     assert fleet.long_window_values()["fleet.long_window_s"] == fleet.LONG_WINDOW.rpartition("w")[2]

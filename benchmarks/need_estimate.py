@@ -20,6 +20,9 @@ replica fewer (`nlgsim.oracle.short_attainment`), and its attainment set against
 report may miss. Where one such interval spends most of a window's allowance, a scaler has to stay
 above the need nearly always, and its margin is what its estimate's noise asks for.
 
+The same terms for the planner over the report's long window (`LONG_WINDOW`, `planner w120`), on every
+row, say what measuring over longer windows changes: which terms move, and by how much.
+
 Deterministic: a re-run on any machine gives the same figures.
 """
 
@@ -35,7 +38,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.scaling.experiments import experiment
+from benchmarks.scaling.experiments import LONG_WINDOW, experiment
 from benchmarks.scaling.fleet import ROWS
 from benchmarks.scaling.runner import plan_of
 from nlgsim.oracle import short_attainment
@@ -60,11 +63,12 @@ TERMS: dict[str, Callable[[LoopRecord], float]] = {
 
 
 def window_rounds(
-    key: str, index: int, initial: int, offset: float, needed: tuple[int, ...], interval: float
-) -> list[dict[str, float]]:
-    """Each round of the planner in the window's measured part: the oracle's need and every term."""
+    key: str, index: int, initial: int, offset: float, needed: tuple[int, ...], interval: float,
+    policy: str = POLICY,
+) -> list[dict[str, float]]:  # fmt: skip
+    """Each round of ``policy`` (a planner) in the window's measured part: the oracle's need and every term."""
     plan = plan_of(experiment(key))
-    log, since, until = simulate_one(plan, RunKey(POLICY, index), initial)
+    log, since, until = simulate_one(plan, RunKey(policy, index), initial)
     end = until if until is not None else log.end
     rounds = []
     for r in log.loops:
@@ -74,7 +78,7 @@ def window_rounds(
     return rounds
 
 
-def _window_task(task: tuple[str, int, int, float, tuple[int, ...], float]) -> list[dict[str, float]]:
+def _window_task(task: tuple[str, int, int, float, tuple[int, ...], float, str]) -> list[dict[str, float]]:
     return window_rounds(*task)
 
 
@@ -121,31 +125,35 @@ def stats(rounds: list[dict[str, float]]) -> dict[str, dict[str, float]]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     data = harness.read_json(RESULTS)["experiments"]
     tasks = []
-    for _, _, key in ROWS:
-        orc = data[key]["oracle"]
-        for rep in data[key]["replicates"]:
-            tasks.append((key, rep["index"], rep["initial"], rep["offset"], tuple(orc["replicas"]), orc["interval_s"]))
+    for policy in (POLICY, LONG_WINDOW):
+        for _, _, key in ROWS:
+            orc = data[key]["oracle"]
+            for rep in data[key]["replicates"]:
+                needed = tuple(orc["replicas"])
+                tasks.append((key, rep["index"], rep["initial"], rep["offset"], needed, orc["interval_s"], policy))
     with ProcessPoolExecutor(max_workers=max(args.workers, 1)) as pool:
         per_window = list(pool.map(_window_task, tasks, chunksize=1))
         short = {
             key: short_stats(key, tuple(data[key]["oracle"]["replicas"]), functools.partial(pool.map, chunksize=4))
             for _, _, key in ROWS
         }
-    by_key: dict[str, list[dict[str, float]]] = {}
+    by_key: dict[tuple[str, str], list[dict[str, float]]] = {}
     for task, rounds in zip(tasks, per_window, strict=True):
-        by_key.setdefault(task[0], []).extend(rounds)
+        by_key.setdefault((task[-1], task[0]), []).extend(rounds)
     rows = []
     for trace, scale, key in ROWS:
-        rounds = by_key[key]
+        rounds, long = by_key[(POLICY, key)], by_key[(LONG_WINDOW, key)]
         rows.append({
             "trace": trace, "scale": scale, "key": key, "rounds": len(rounds),
             "need": statistics.fmean(r["need"] for r in rounds), "terms": stats(rounds), "short": short[key],
+            "long": {"rounds": len(long), "terms": stats(long)},
         })  # fmt: skip
     return {
         "machine": harness.machine(),
         "code": harness.revision("nlgsim", "autoscaler", "benchmarks/need_estimate.py"),
         "date": datetime.date.today().isoformat(),
         "policy": POLICY,
+        "long_window": LONG_WINDOW,
         "rows": rows,
     }
 
@@ -201,7 +209,36 @@ def render(data: dict[str, Any]) -> str:
         for name, s in terms.items():
             lines.append(f"| {name} | {_signed(s['mean'])} | {s['sd']:.2f} | {s['above']:.0%} | {s['below']:.0%} |")
         lines += ["", short_text(row["short"]), ""]
-    return "\n".join(lines)
+    return "\n".join(lines + long_window_section(data))
+
+
+#: The terms set side by side for the long window: what it measures, each term that may set the count,
+#: and what it asked for.
+LONG_TERMS = ("work measured", "forecast at its headroom", "burst level", "planned (the largest)", "asked for")
+
+
+def long_window_section(data: Mapping[str, Any]) -> list[str]:
+    """Per row, the mean of each of ``LONG_TERMS`` less the need (its spread in parentheses) for the
+    planner over the protocol's windows and over the long window, and what the holds add."""
+    long, base = data["long_window"], data["policy"]
+    lines = [
+        f"## `{long}`: the same terms over longer windows",
+        "",
+        f"`{long}` is `{base}` measuring over longer windows (the scaling report's approaches). Each cell is "
+        f"the term's mean less the need, its spread in parentheses: `{base}`, then `{long}`.",
+        "",
+        "| row | " + " | ".join(LONG_TERMS) + " | holds add |",
+        "|---|" + "---:|" * (len(LONG_TERMS) + 1),
+    ]
+    for row in data["rows"]:
+        short, longer = row["terms"], row["long"]["terms"]
+        cells = [
+            f"{_signed(short[t]['mean'])} ({short[t]['sd']:.2f}), {_signed(longer[t]['mean'])} ({longer[t]['sd']:.2f})"
+            for t in LONG_TERMS
+        ]
+        held = f"{_signed(_held(short))}, {_signed(_held(longer))}"
+        lines.append(f"| `{row['trace']}` x{row['scale']} | " + " | ".join(cells) + f" | {held} |")
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> int:

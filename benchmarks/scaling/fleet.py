@@ -293,13 +293,44 @@ def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
     rows = [r for r in (needs or {}).get("rows", []) if r["trace"] == "azure2023_conv" and r["scale"] > 1]
     work = [r["terms"]["work measured"]["mean"] for r in rows]
     planned = [r["terms"]["planned (the largest)"]["mean"] for r in rows]
-    held = [r["terms"]["asked for"]["mean"] - r["terms"]["planned (the largest)"]["mean"] for r in rows]
+    held = [_holds(r["terms"]) for r in rows]
     return {
         "need.conv.work_below": range_text([-w for w in work], ".2f"),
         "need.conv.work_spread": range_text([r["terms"]["work measured"]["sd"] for r in rows], ".2f"),
         "need.conv.planned_above": range_text(planned, ".2f"),
         "need.conv.held": range_text(held, ".2f"),
         "check:need.conv_signs": "true" if rows and all(w < 0 for w in work) and min(planned + held) > 0 else "false",
+    }
+
+
+def _holds(terms: Mapping[str, Mapping[str, float]]) -> float:
+    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
+    return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
+
+
+def long_need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
+    """The ``need.long.*`` placeholders from ``benchmarks/need_estimate.py``'s results: on `conv` above its
+    recorded rate, where the burst level stands and what the holds add, for the planner over the protocol's
+    windows and over the long window, with the check the prose relies on (both lower over the long
+    window on every such row)."""
+    rows = [
+        r for r in (needs or {}).get("rows", [])
+        if r["trace"] == "azure2023_conv" and r["scale"] > 1 and "long" in r
+    ]  # fmt: skip
+    burst = [r["terms"]["burst level"]["mean"] for r in rows]
+    long_burst = [r["long"]["terms"]["burst level"]["mean"] for r in rows]
+    long_held = [_holds(r["long"]["terms"]) for r in rows]
+    lower = bool(rows) and all(
+        r["long"]["terms"]["burst level"]["mean"] < r["terms"]["burst level"]["mean"]
+        and _holds(r["long"]["terms"]) < _holds(r["terms"])
+        for r in rows
+    )
+    return {
+        "need.conv.burst": range_text(burst, "+.2f"),
+        "need.long.conv.burst": range_text(long_burst, "+.2f"),
+        "need.long.conv.held": range_text(long_held, ".2f"),
+        "need.long.conv.work_below": range_text([-r["long"]["terms"]["work measured"]["mean"] for r in rows], ".2f"),
+        "check:need.long_lower": "true" if lower else "false",
     }
 
 

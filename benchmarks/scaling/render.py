@@ -84,6 +84,7 @@ def render(
         **fleet.first_burst_values(bursts),
         **fleet.need_values(needs),
         **fleet.short_values(needs),
+        **fleet.long_need_values(needs),
         **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
     }
     return fill(template, given)

@@ -173,6 +173,28 @@ def test_the_long_window_prose_holds_only_where_its_runs_say_so():
     assert not fleet.window_edge(both)
 
 
+def test_the_long_windows_terms_are_read_for_conv_above_the_recorded_rate_with_their_check():
+    def terms(work: float, burst: float, planned: float, asked: float) -> dict:
+        means = {"work measured": work, "burst level": burst, "planned (the largest)": planned, "asked for": asked}
+        return {name: {"mean": m} for name, m in means.items()}
+
+    def row(scale: int, long_burst: float, long_asked: float) -> dict:
+        return {
+            "trace": "azure2023_conv", "scale": scale, "terms": terms(-0.9, 0.7, 0.9, 1.5),
+            "long": {"terms": terms(-1.0, long_burst, 0.3, long_asked)},
+        }  # fmt: skip
+
+    code = {"trace": "azure2023_code", "scale": 10, "terms": terms(-3, 9, 9, 9), "long": {"terms": terms(0, 0, 0, 0)}}
+    got = fleet.long_need_values({"rows": [row(1, 5.0, 9.0), row(10, -0.1, 0.7), row(30, 0.2, 0.8), code]})
+    assert got == {
+        "need.conv.burst": "+0.70", "need.long.conv.burst": "-0.10 to +0.20", "need.long.conv.held": "0.40 to 0.50",
+        "need.long.conv.work_below": "1.00", "check:need.long_lower": "true",
+    }  # fmt: skip
+    # Holding more over the long window than over the protocol's on one row: the prose is refused.
+    assert fleet.long_need_values({"rows": [row(10, -0.1, 0.7), row(30, 0.2, 2.0)]})["check:need.long_lower"] == "false"
+    assert fleet.long_need_values(None)["check:need.long_lower"] == "false"  # not measured: no claim
+
+
 def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_the_prose_needs():
     def row(trace: str, scale: int, median: float, allowance: float) -> dict:
         short = {"intervals": 10, "median": median, "allowance": allowance}

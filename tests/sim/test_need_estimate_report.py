@@ -12,6 +12,7 @@ from sim_testkit import paper_profile
 from autoscaler.aggregate import LatencyStats, WindowStats
 from autoscaler.config import ScalerSpec
 from benchmarks import harness, need_estimate
+from benchmarks.scaling.experiments import LONG_WINDOW
 from benchmarks.scaling.fleet import ROWS
 from nlgsim.planner import PlannerConfig, PlannerState, planner_decide
 from nlgsim.results import SLO
@@ -29,6 +30,9 @@ def test_its_rows_are_the_scaling_reports_and_each_names_every_term():
     assert [(r["trace"], r["scale"], r["key"]) for r in DATA["rows"]] == list(ROWS)
     for row in DATA["rows"]:
         assert list(row["terms"]) == list(need_estimate.TERMS) and row["rounds"] > 0
+        # The long window's rounds are the same rounds of the same windows, measured over longer windows.
+        assert list(row["long"]["terms"]) == list(need_estimate.TERMS) and row["long"]["rounds"] == row["rounds"]
+    assert DATA["long_window"] == LONG_WINDOW
 
 
 def test_every_term_reads_what_the_planner_records_in_a_round():

@@ -39,7 +39,7 @@ from typing import Any
 
 from benchmarks import harness
 from benchmarks.scaling.experiments import LONG_WINDOW, experiment
-from benchmarks.scaling.fleet import ROWS
+from benchmarks.scaling.fleet import ROWS, holds_added
 from benchmarks.scaling.runner import plan_of
 from nlgsim.oracle import short_attainment
 from nlgsim.profile import load_profile
@@ -162,11 +162,6 @@ def _signed(x: float) -> str:
     return f"{x:+.2f}"
 
 
-def _held(terms: Mapping[str, Mapping[str, float]]) -> float:
-    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
-    return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
-
-
 def short_text(short: Mapping[str, float]) -> str:
     """The row's paragraph on what one replica under the need costs."""
     window = f"a window of {short['window_intervals']:.0f} intervals at {short['target']:.0%}"
@@ -200,7 +195,7 @@ def render(data: dict[str, Any]) -> str:
             "",
             f"{row['rounds']} rounds; the oracle's need {row['need']:.2f} replicas on average. The planned count "
             f"stands {_signed(terms['planned (the largest)']['mean'])} off the need and the holds add "
-            f"{_signed(_held(terms))}; the work measured is {_signed(terms['work measured']['mean'])} off it, "
+            f"{_signed(holds_added(terms))}; the work measured is {_signed(terms['work measured']['mean'])} off it, "
             f"spread {terms['work measured']['sd']:.2f}.",
             "",
             "| term | mean less need | spread | rounds above the need | rounds below |",
@@ -236,7 +231,7 @@ def long_window_section(data: Mapping[str, Any]) -> list[str]:
             f"{_signed(short[t]['mean'])} ({short[t]['sd']:.2f}), {_signed(longer[t]['mean'])} ({longer[t]['sd']:.2f})"
             for t in LONG_TERMS
         ]
-        held = f"{_signed(_held(short))}, {_signed(_held(longer))}"
+        held = f"{_signed(holds_added(short))}, {_signed(holds_added(longer))}"
         lines.append(f"| `{row['trace']}` x{row['scale']} | " + " | ".join(cells) + f" | {held} |")
     return [*lines, ""]
 

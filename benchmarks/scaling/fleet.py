@@ -285,6 +285,11 @@ def first_burst_values(bursts: Mapping[str, Any] | None) -> dict[str, str]:
     }
 
 
+def holds_added(terms: Mapping[str, Mapping[str, float]]) -> float:
+    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
+    return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
+
+
 def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
     """The ``need.*`` placeholders from ``benchmarks/need_estimate.py``'s results: on `conv` above its
     recorded rate, how far the planner's work, planned count and holds stand from the oracle's need, in
@@ -293,7 +298,7 @@ def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
     rows = [r for r in (needs or {}).get("rows", []) if r["trace"] == "azure2023_conv" and r["scale"] > 1]
     work = [r["terms"]["work measured"]["mean"] for r in rows]
     planned = [r["terms"]["planned (the largest)"]["mean"] for r in rows]
-    held = [_holds(r["terms"]) for r in rows]
+    held = [holds_added(r["terms"]) for r in rows]
     return {
         "need.conv.work_below": range_text([-w for w in work], ".2f"),
         "need.conv.work_spread": range_text([r["terms"]["work measured"]["sd"] for r in rows], ".2f"),
@@ -301,11 +306,6 @@ def need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
         "need.conv.held": range_text(held, ".2f"),
         "check:need.conv_signs": "true" if rows and all(w < 0 for w in work) and min(planned + held) > 0 else "false",
     }
-
-
-def _holds(terms: Mapping[str, Mapping[str, float]]) -> float:
-    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
-    return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
 
 
 def long_need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
@@ -319,11 +319,9 @@ def long_need_values(needs: Mapping[str, Any] | None) -> dict[str, str]:
     ]  # fmt: skip
     burst = [r["terms"]["burst level"]["mean"] for r in rows]
     long_burst = [r["long"]["terms"]["burst level"]["mean"] for r in rows]
-    long_held = [_holds(r["long"]["terms"]) for r in rows]
+    held, long_held = [holds_added(r["terms"]) for r in rows], [holds_added(r["long"]["terms"]) for r in rows]
     lower = bool(rows) and all(
-        r["long"]["terms"]["burst level"]["mean"] < r["terms"]["burst level"]["mean"]
-        and _holds(r["long"]["terms"]) < _holds(r["terms"])
-        for r in rows
+        lb < b and lh < h for lb, b, lh, h in zip(long_burst, burst, long_held, held, strict=True)
     )
     return {
         "need.conv.burst": range_text(burst, "+.2f"),

@@ -207,8 +207,9 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(lines + long_window_section(data))
 
 
-#: The terms set side by side for the long window: what it measures, each term that may set the count,
-#: and what it asked for.
+#: The terms set side by side for the long window: what it measures, the two terms a window's length
+#: acts on (the forecast and the burst level), the count planned (the TTFT queue's among them) and what it
+#: asked for.
 LONG_TERMS = ("work measured", "forecast at its headroom", "burst level", "planned (the largest)", "asked for")
 
 

@@ -31,7 +31,10 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    TTFT beyond what the longest prompt takes alone, slow steps, KV cache nearly full, demand per
    replica above capacity). Requests that miss the SLO even on an idle replica (long prompts, short
    outputs) keep the tail high whatever the replica count; adding pods for them would ratchet up and
-   never scale in, so they are reported ("over SLO, not load") instead;
+   never scale in, so they are reported ("over SLO, not load") instead. A miss it takes as load is
+   remembered over the burst lookback (:func:`learned_floor`): a plan at that work or more asks for one
+   replica more than served it, from the start of the next burst, where the capacity model (mean
+   lengths, arrivals as they come on average) is optimistic for the mix;
 8. then the HPA steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
 
 Pure: ``decide(window, spec, state, now) -> (Decision, PlannerState)``, no I/O, no clock. The
@@ -139,6 +142,9 @@ class PlannerState:
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
+    misses: tuple[tuple[float, float, int], ...] = ()
+    """The SLO misses the tail guard took as load, over the burst lookback: when, the work then, and one
+    replica more than served it (:func:`learned_floor`)."""
 
     @classmethod
     def initial(cls, replicas: int, now: float) -> PlannerState:
@@ -432,6 +438,31 @@ def load_evidence(
     return evidence
 
 
+def remember_miss(
+    misses: tuple[tuple[float, float, int], ...], now: float, cfg: PlannerConfig, work: float, serving: int, load: bool
+) -> tuple[tuple[float, float, int], ...]:  # fmt: skip
+    """The misses within the burst lookback, with this round's when the tail guard found load (``load``):
+    ``serving`` replicas missed the SLO at ``work``, so it needed one more at least."""
+    kept = tuple(m for m in misses if m[0] > now - cfg.lookback_s)
+    return kept + ((now, work, serving + 1),) if load and serving > 0 else kept
+
+
+def learned_floor(misses: tuple[tuple[float, float, int], ...], level: float) -> tuple[int, float]:
+    """The most replicas a remembered miss needed at a work no higher than ``level``, and that work
+    ((0, 0) when none applies).
+
+    The capacity model reads the mix's mean lengths and takes arrivals as they come on average; a mix
+    whose requests come in clumps, or whose short outputs after long prompts leave little time for the
+    first token, needs more replicas for the same work than it says. The tail guard finds that out one
+    replica at a time, and only while every replica serves; remembered, a miss sizes the next burst as
+    high from its start. A miss says only that one replica more was needed at that work, so it asks for
+    no more than that, and only at that work or above: a miss in a light window (one clump) holds no
+    count at a heavier one beyond what it showed, and none at a lighter one.
+    """
+    applies = [(n, w) for _, w, n in misses if w <= level]
+    return max(applies, default=(0, 0.0))
+
+
 def tail_guard(window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float) -> tuple[bool, str]:
     """Whether to add a replica for the tail, and what to say about it ("" when the tail is fine)."""
     q = cfg.slo.window_quantile
@@ -493,6 +524,12 @@ def planner_decide(
         f"{max(forecast, burst):.3g} ({source}); {want} by {term}"
     )
     add, tail = tail_guard(window, cfg, demand, per_replica)
+    # Misses of earlier rounds only: this round's is the tail guard's to answer, with its evidence.
+    learned, at = learned_floor(remember_miss(state.misses, now, cfg, work, 0, False), max(forecast, burst))
+    misses = remember_miss(state.misses, now, cfg, work, serving_replicas(window), add)
+    if learned > want:
+        want = learned
+        why += f"; {learned} learned: the SLO missed at {at:.3g} replicas' worth on {learned - 1}"
     if tail and want <= current and serving_replicas(window) >= current:
         want = current + 1 if add else want
         why += f"; {tail}"
@@ -508,7 +545,7 @@ def planner_decide(
     values = {
         "demand": demand, "forecast": forecast, "burst": burst, "planned": planned, "per_replica": per_replica,
         "forecast_replicas": by_forecast, "burst_replicas": by_burst, "throughput_replicas": throughput,
-        "queue_replicas": queued,
+        "queue_replicas": queued, "learned_replicas": learned,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile
@@ -517,7 +554,7 @@ def planner_decide(
         if math.isfinite(value):
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
-    new_state = PlannerState(desired, history, mix, proposals, events)
+    new_state = PlannerState(desired, history, mix, proposals, events, misses)
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 
 

@@ -10,10 +10,10 @@ replays the planner on every window of the scaling report's summary rows (`bench
 `ROWS`, each window opening as the report's does) and sets each round's terms against the oracle's
 count for the interval the round falls in: the work it measured (demand over the profile's capacity for
 the mix, in replicas' worth), the forecast at its headroom and the burst level in whole replicas, the
-TTFT queue's count, the count it planned (the largest of those), the count it asked for after the tail
-guard, the scale-in holds, stabilization and rate limits, and the pods it had. A term's mean over the
-need says how far it stands off on average, its spread how much it moves round to round; a hold that
-keeps the highest of a noisy term for minutes pays about its spread on top of its mean.
+TTFT queue's count, the count it planned (the largest of those), the count it asked for after the
+remembered misses, the tail guard, the scale-in holds, stabilization and rate limits, and the pods it
+had. A term's mean over the need says how far it stands off on average, its spread how much it moves
+round to round; a hold that keeps the highest of a noisy term for minutes pays about its spread on top of its mean.
 
 What being under the need costs: each interval whose need is above one replica is replayed on one
 replica fewer (`nlgsim.oracle.short_attainment`), and its attainment set against what a window of the
@@ -184,8 +184,8 @@ def render(data: dict[str, Any]) -> str:
         "on every window of the scaling report's summary rows, each round's terms set against the oracle's "
         "count for its interval (the need), in replicas: the mean of term less need, its spread (standard "
         "deviation), and the rounds above and below the need. Work is in replicas' worth, not rounded; the "
-        "other terms are whole replicas. `asked for` is the count after the tail guard, the scale-in holds, "
-        "stabilization and rate limits; `pods` what the Deployment had.",
+        "other terms are whole replicas. `asked for` is the count after the remembered misses, the tail guard, "
+        "the scale-in holds, stabilization and rate limits; `pods` what the Deployment had.",
         "",
     ]
     for row in data["rows"]:

@@ -286,7 +286,8 @@ def first_burst_values(bursts: Mapping[str, Any] | None) -> dict[str, str]:
 
 
 def holds_added(terms: Mapping[str, Mapping[str, float]]) -> float:
-    """What the holds (tail guard, scale-in holds, stabilization, rate limits) add to the planned count."""
+    """What the holds (remembered misses, tail guard, scale-in holds, stabilization, rate limits) add to the
+    planned count."""
     return terms["asked for"]["mean"] - terms["planned (the largest)"]["mean"]
 
 

@@ -335,15 +335,22 @@ def test_a_tail_over_the_slo_without_load_never_ratchets(profile_path):
 
 
 def test_a_tail_over_the_slo_of_requests_that_waited_adds_a_pod_then_scales_in(profile_path):
-    """TTFT p99 1.5 s, longer than the longest prompt takes alone (1.04 s): requests waited."""
-    p = Planner(spec_for(profile_path), 2)
+    """TTFT p99 1.5 s, longer than the longest prompt takes alone (1.04 s): requests waited. The misses
+    are remembered: at that demand, four replicas, until the burst lookback has passed; then one."""
+    spec = spec_for(profile_path)
+    lookback = planner_config(spec.planner, load_profile(profile_path)).lookback_s
+    p = Planner(spec, 2)
     assert p.at(0, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=2)) == 3
     assert "with load (TTFT p99 1.5e+03 ms over the longest prompt's 1.04e+03 ms alone)" in p.reasons[-1]
     assert p.at(5, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=2)) == 3  # the third pod is starting
+    assert "3 learned: the SLO missed at" in p.reasons[-1]
     assert p.at(30, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=3)) == 4
-    calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, 400, 5)]
-    assert calm[0] == 4  # the stabilization window holds the scale-down
+    remembered = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, int(30 + lookback), 5)]
+    assert set(remembered) == {4}
+    assert "4 learned: the SLO missed at" in p.reasons[-1]
+    calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(int(30 + lookback), int(30 + lookback) + 400, 5)]
     assert calm[-1] == 1
+    assert "learned" not in p.reasons[-1]
 
 
 def test_slow_steps_count_as_load_and_one_request_waiting_does_not(profile_path):

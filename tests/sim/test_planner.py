@@ -13,7 +13,15 @@ from autoscaler.aggregate import LatencyStats, WindowStats
 from autoscaler.capacity import mean_prefill_s
 from autoscaler.config import ScalerSpec
 from nlgsim.capacity import choices_per_second, saturation_rate, slo_batch, step_estimate
-from nlgsim.planner import PlannerConfig, PlannerState, planner_decide, planner_policy, trend
+from nlgsim.planner import (
+    PlannerConfig,
+    PlannerState,
+    learned_floor,
+    planner_decide,
+    planner_policy,
+    remember_miss,
+    trend,
+)
 from nlgsim.policy import Policy
 from nlgsim.results import SLO, summarize
 from nlgsim.simulator import Scenario, simulate
@@ -176,3 +184,44 @@ def test_bursts_shorter_than_a_start_up_find_the_pods_the_first_one_asked_for():
     assert first["kept"] == first["forgotten"] > 2  # the first burst finds one pod either way
     assert opening["forgotten"] == [1, 1, 1]
     assert min(opening["kept"]) >= 2, opening
+
+
+def test_a_miss_is_remembered_as_one_replica_more_than_served_it_for_the_burst_lookback():
+    kept = remember_miss((), 100.0, CFG, work=2.5, serving=3, load=True)
+    assert kept == ((100.0, 2.5, 4),)
+    assert remember_miss(kept, 110.0, CFG, work=1.0, serving=3, load=False) == kept  # no load, no miss
+    assert remember_miss(kept, 110.0, CFG, work=1.0, serving=0, load=True) == kept  # nothing served it
+    assert remember_miss(kept, 100.0 + CFG.lookback_s, CFG, work=1.0, serving=1, load=False) == ()
+
+
+def test_a_learned_floor_applies_at_the_work_it_was_seen_at_and_above_only():
+    misses = ((0.0, 2.0, 4), (10.0, 5.0, 7))
+    assert learned_floor(misses, 1.9) == (0, 0.0)
+    assert learned_floor(misses, 2.0) == (4, 2.0)
+    assert learned_floor(misses, 4.9) == (4, 2.0)
+    assert learned_floor(misses, 6.0) == (7, 5.0)
+
+
+def test_the_next_burst_opens_on_the_replicas_a_remembered_miss_needed():
+    per_replica = choices_per_second(PROFILE, 0.02, 34, 30, 1)
+    burst = window(2 * per_replica, pods=2)  # two replicas' worth, a healthy tail: the model asks for 3
+    plain, _ = planner_decide(burst, SPEC, PlannerState(2), 100.0, CFG)
+    seen = PlannerState(2, misses=((40.0, 1.9, 5),))  # four served 1.9 replicas' worth and missed the SLO
+    learned, state = planner_decide(burst, SPEC, seen, 100.0, CFG)
+    assert plain.desired == 3
+    assert learned.desired == 5
+    assert "5 learned: the SLO missed at 1.9 replicas' worth on 4" in learned.reason
+    assert learned.values["learned_replicas"] == 5
+    heavier = PlannerState(2, misses=((40.0, 2.5, 5),))  # seen at more work than now: holds nothing now
+    assert planner_decide(burst, SPEC, heavier, 100.0, CFG)[0].desired == 3
+    later = 40.0 + CFG.lookback_s  # forgotten after the burst lookback
+    assert planner_decide(burst, SPEC, seen, later, CFG)[0].desired == 3
+
+
+def test_a_tail_over_its_slo_with_load_is_remembered_with_the_replicas_that_served_it():
+    _, state = planner_decide(window(0.5, p99_itl=0.06, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 7.0, CFG)
+    ((when, work, needed),) = state.misses
+    assert (when, needed) == (7.0, 4)
+    assert work == pytest.approx(0.5 / choices_per_second(PROFILE, 0.02, 34, 30, 1))
+    _, calm = planner_decide(window(0.5, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 7.0, CFG)
+    assert calm.misses == ()  # over SLO but not load: nothing learned

@@ -115,8 +115,9 @@ class PlannerSpec:
 
     Latency limits in ms, durations in s. ``prompt_tokens`` and ``output_tokens`` (per choice) stand
     in until the pods' counters have measured the mix; ``startup: 0`` takes the profile's ``startup_s``;
-    ``burst_lookback: 0`` takes ten start-ups (the burst level's history spans many of them, whatever
-    the hardware, so it is set in start-ups, not seconds fitted to a trace).
+    ``burst_lookback: 0`` takes ten start-ups (the burst level's history, and the SLO misses the planner
+    remembers, span many of them, whatever the hardware, so it is set in start-ups, not seconds fitted
+    to a trace).
     """
 
     profile: str = ""

@@ -378,8 +378,8 @@ def window_findings(results: Mapping[str, ProtocolResult], windows: tuple[str, .
     if any(met.values()):
         said = [f"`{p}` on {' and '.join(m)}" for p, m in met.items() if m]
         rest = [f"`{p}`" for p, m in met.items() if not m]
-        text = f"On `conv` above the recorded rate {', '.join(said)} meet the goal" + (
-            f"; {', '.join(rest)} on neither row" if rest else ""
+        text = f"On `conv` above the recorded rate the goal is met by {', '.join(said)}" + (
+            f", on neither row by {', '.join(rest)}" if rest else ""
         )
     else:
         at_target = [
@@ -395,7 +395,7 @@ def window_findings(results: Mapping[str, ProtocolResult], windows: tuple[str, .
         target = float(code.command["slo"]["target"])
         below = [f"`{p}`" for p in windows if p in by_policy(code) and not _meets(figures(code, p), target)]
         text += "; on `code` at its recorded rate " + (
-            f"{', '.join(below)} fall below the target" if below else "each of them reaches the target"
+            f"the target is missed by {', '.join(below)}" if below else "each of them reaches the target"
         )
     return text
 

@@ -144,33 +144,38 @@ def test_the_front_of_a_trace_table_is_over_the_policies_a_user_can_run():
     assert rows == {"lagged:300": "", "planner": "*", "fixed:4": ""}
 
 
-def test_the_long_window_prose_holds_only_where_its_runs_say_so():
-    # conv rows not met at the defaults (planner 1.21x fixed:4); the long window meets the goal on both,
-    # the window beside it on neither; code at its recorded rate: the long window falls short of the target.
+def test_the_windows_findings_say_which_meets_the_goal_where_or_which_comes_closest():
+    # conv rows not met at the defaults (planner 1.21x fixed:4); code at its recorded rate beside them.
     def conv(long: tuple[float, float], w90: tuple[float, float] = (0.995, 1500.0)) -> ProtocolResult:
         runs = {"planner": (0.995, 1700.0), fleet.LONG_WINDOW: long, "planner w90": w90, "fixed:4": (0.992, 1400.0)}
         return made(runs, paid=1300.0)
 
+    def code(long: float) -> ProtocolResult:
+        return made({"planner": (0.995, 1500.0), fleet.LONG_WINDOW: (long, 1450.0), "fixed:4": (0.992, 1400.0)})
+
+    windows = ("planner w90", fleet.LONG_WINDOW)
     met = conv((0.995, 1350.0))
-    code = made({"planner": (0.995, 1500.0), fleet.LONG_WINDOW: (0.985, 1450.0), "fixed:4": (0.992, 1400.0)})
-    rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met, "trace-code-h100": code}
+    rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met, "trace-code-h100": code(0.985)}
     assert not fleet.verdict("azure2023_conv", 10, met)[0]  # met only by a setting other than the defaults
-    assert fleet.long_window(rows)
-    values = fleet.values(rows)
-    assert values["check:fleet.long_window"] == "true"
-    marked = [line for line in values["fleet.approaches"].splitlines() if "(meets the goal)" in line]
+    assert fleet.window_findings(rows, windows) == (
+        f"On `conv` above the recorded rate the goal is met by `{fleet.LONG_WINDOW}` on x10 and x30, on neither "
+        f"row by `planner w90`; on `code` at its recorded rate the target is missed by `{fleet.LONG_WINDOW}`"
+    )
+    marked = [line for line in fleet.values(rows)["fleet.approaches"].splitlines() if "(meets the goal)" in line]
     assert len(marked) == 1 and marked[0].startswith(f"| `{fleet.LONG_WINDOW}`") and marked[0].count("meets") == 2
-    assert values["fleet.window_goals"] == "`planner w90` on neither row"
-    assert values["check:fleet.window_edge"] == "true"
-    assert not fleet.long_window({**rows, "trace-code-h100": met})  # reached the target on code
-    assert not fleet.long_window({**rows, "trace-conv-h100-x10": conv((0.995, 1450.0))})  # over the best fixed
-    assert not fleet.long_window({**rows, "trace-conv-h100-x10": conv((0.98, 1350.0))})  # under the target
-    assert not fleet.long_window({"trace-conv-h100-x10": met})  # not run on code: the claim is not made
-    # The window beside it meets both rows too: no edge, and the prose saying there is one is refused.
-    wide = conv((0.995, 1350.0), w90=(0.995, 1380.0))
-    both = {**rows, "trace-conv-h100-x10": wide, "trace-conv-h100-x30": wide}
-    assert fleet.window_goals(both) == "`planner w90` on x10 and x30"
-    assert not fleet.window_edge(both)
+    # Over the best fixed fleet on x10 (and w90 under the target there): none meets it; the closest is the
+    # window at the target on both rows whose larger ratio is the least.
+    over = {
+        "trace-conv-h100-x10": conv((0.995, 1450.0), w90=(0.98, 1300.0)),
+        "trace-conv-h100-x30": conv((0.995, 1420.0)),
+        "trace-code-h100": code(0.995),
+    }
+    assert fleet.window_findings(over, windows) == (
+        f"On `conv` above the recorded rate none of them meets the goal: the closest, `{fleet.LONG_WINDOW}`, "
+        "spends 1.036x and 1.014x the best fixed fleet's GPU-seconds (x10 and x30); on `code` at its recorded "
+        "rate each of them reaches the target"
+    )
+    assert fleet.window_findings({"trace-code-h100": code(0.995)}, windows) == ""  # no conv row: nothing said
 
 
 def test_the_long_windows_terms_are_read_for_conv_above_the_recorded_rate_with_their_check():

@@ -525,7 +525,8 @@ def planner_decide(
     )
     add, tail = tail_guard(window, cfg, demand, per_replica)
     # Misses of earlier rounds only: this round's is the tail guard's to answer, with its evidence.
-    learned, at = learned_floor(remember_miss(state.misses, now, cfg, work, 0, False), max(forecast, burst))
+    remembered = tuple(m for m in state.misses if m[0] > now - cfg.lookback_s)
+    learned, at = learned_floor(remembered, max(forecast, burst))
     misses = remember_miss(state.misses, now, cfg, work, serving_replicas(window), add)
     if learned > want:
         want = learned

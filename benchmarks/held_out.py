@@ -80,13 +80,14 @@ def summarize_shape(name: str, key: str, options: tuple[str, ...], result: Proto
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
+    code = harness.revision("nlgsim", "autoscaler", "benchmarks/held_out.py")  # what the runs import
     shapes = []
     for name, key, options in SHAPES:
         plan = plan_from_args(build_parser().parse_args(["run", *shape_args(key, options)]))
         shapes.append(summarize_shape(name, key, options, run_plan(plan, args.workers)))
     return {
         "machine": harness.machine(),
-        "code": harness.revision("nlgsim", "autoscaler", "benchmarks/held_out.py"),
+        "code": code,
         "date": datetime.date.today().isoformat(),
         "shapes": shapes,
     }

@@ -83,12 +83,15 @@ def results(args: argparse.Namespace, measure: Callable[[argparse.Namespace], di
 
 def main(
     doc: str | None, measure: Callable[[argparse.Namespace], dict[str, Any]],
-    render: Callable[[dict[str, Any]], str], argv: list[str] | None = None,
+    render: Callable[[dict[str, Any]], str], argv: list[str] | None = None, workers: str = "",
 ) -> int:  # fmt: skip
     """The command line of a benchmark that measures (or reads `--render`) one results file and
-    renders one report from it: `doc`'s first line is its description."""
+    renders one report from it: `doc`'s first line is its description; with `workers` (its help), a
+    `--workers` count of processes."""
     parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0])
     output_arguments(parser)
+    if workers:
+        parser.add_argument("--workers", type=int, default=1, help=workers)
     args = parser.parse_args(argv)
     publish(render(results(args, measure)), args.report)
     return 0

@@ -158,12 +158,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    harness.output_arguments(parser)
-    parser.add_argument("--workers", type=int, default=1, help="processes for the runs (same output)")
-    args = parser.parse_args(argv)
-    harness.publish(render(harness.results(args, measure)), args.report)
-    return 0
+    return harness.main(__doc__, measure, render, argv, workers="processes for the runs (same output)")
 
 
 if __name__ == "__main__":

@@ -238,12 +238,7 @@ def long_window_section(data: Mapping[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    harness.output_arguments(parser)
-    parser.add_argument("--workers", type=int, default=1, help="processes to spread the windows over")
-    args = parser.parse_args(argv)
-    harness.publish(render(harness.results(args, measure)), args.report)
-    return 0
+    return harness.main(__doc__, measure, render, argv, workers="processes to spread the windows over")
 
 
 if __name__ == "__main__":

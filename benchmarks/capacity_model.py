@@ -138,8 +138,7 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         "# What one replica carries: the planner's capacity model against the simulated replica",
         "",
-        f"Computed {data['date']} on {data['code']} with `benchmarks/capacity_model.py` (deterministic: "
-        f"the machine, {data['machine']['cpu']}, does not change the figures). Each mix's requests (a trace's "
+        harness.computed(data, "benchmarks/capacity_model.py") + ". Each mix's requests (a trace's "
         f"lengths mapped with `--map-lengths {data['lengths']}` as in the scaling report), drawn at random as "
         f"a Poisson process on {data['replicas']} fixed replicas (round-robin), {data['warmup_s']:g} s of warm-up then "
         f"{data['measured_s']:g} s scored; the SLO of the trace protocol: {slo['target']:.0%} of the feasible "

@@ -140,7 +140,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _pct(x: float) -> str:
+def percent(x: float) -> str:
+    """A share as a percentage with two decimals."""
     return f"{x * 100:.2f}%"
 
 
@@ -148,8 +149,7 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         "# The first new burst of each window: what a scaler must already hold",
         "",
-        f"Computed {data['date']} on {data['code']} with `benchmarks/first_burst.py` (deterministic: the "
-        f"machine, {data['machine']['cpu']}, does not change the figures), from the oracle's replicas and the "
+        harness.computed(data, "benchmarks/first_burst.py") + ", from the oracle's replicas and the "
         "windows of `benchmarks/results/scaling_policies.json`. Per window of the scaling report's summary "
         "rows: its first new burst (the first interval whose oracle count is above every count the window "
         "and its warm-up had before, the most load a scaler there has seen), the seconds before it without "
@@ -174,7 +174,8 @@ def render(data: dict[str, Any]) -> str:
             needed = w["needed"]
             lines.append(
                 head + f"| {w['burst_at_s'] - w['from_s']:.0f} s in | {w['quiet_s']:.0f} s | {w['burst_requests']} "
-                f"| {w['burst_oracle']} | {w['seen']} | {_pct(w['bound_at_seen'])} | {_pct(w['mean_bound_at_seen'])} "
+                f"| {w['burst_oracle']} | {w['seen']} | {percent(w['bound_at_seen'])} "
+                f"| {percent(w['mean_bound_at_seen'])} "
                 f"| {needed if needed is not None else 'more than the scaler allows'} |"
             )
             if w["mean_bound_at_seen"] < row["target"]:
@@ -191,8 +192,8 @@ def render(data: dict[str, Any]) -> str:
             lines.append(
                 f"- `{row['trace']}` x{row['scale']}, window {w['window']}: after {w['quiet_s']:.0f} s without a "
                 f"request, {w['burst_requests']} requests arrive within one start-up; holding the {w['seen']} "
-                f"replicas' worth seen before, the window reaches at most {_pct(w['bound_at_seen'])} and the mean "
-                f"{_pct(w['mean_bound_at_seen'])}; reaching {row['target']:.0%} takes "
+                f"replicas' worth seen before, the window reaches at most {percent(w['bound_at_seen'])} and the mean "
+                f"{percent(w['mean_bound_at_seen'])}; reaching {row['target']:.0%} takes "
                 + (f"{needed} replicas ({needed / w['seen']:.1f}x the most seen) held through the quiet."
                    if needed is not None else "more replicas than the scaler's maximum.")
             )  # fmt: skip

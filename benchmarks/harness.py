@@ -13,7 +13,7 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -102,3 +102,12 @@ def publish(text: str, report: Path | None) -> None:
     print(text)
     if report:
         report.write_text(text)
+
+
+def computed(data: Mapping[str, Any], script: str) -> str:
+    """How a deterministic benchmark's report opens: when and on what commit `script` measured, and that
+    the machine named does not change its figures."""
+    return (
+        f"Computed {data['date']} on {data['code']} with `{script}` (deterministic: the machine, "
+        f"{data['machine']['cpu']}, does not change the figures)"
+    )

@@ -23,6 +23,7 @@ import statistics
 from typing import Any
 
 from benchmarks import harness
+from benchmarks.first_burst import percent
 from benchmarks.scaling.analysis import figures
 from benchmarks.scaling.experiments import FLEET, experiment
 from benchmarks.scaling.fleet import DEFAULTS, best_fixed, cheapest
@@ -105,16 +106,11 @@ def verdict(shape: dict[str, Any]) -> str:
     return f"{'met' if met else 'not met'}: `{mine}` at {ratio:.2f}x `{fixed}`'s GPU-s"
 
 
-def _pct(x: float) -> str:
-    return f"{100 * x:.2f}%"
-
-
 def render(data: dict[str, Any]) -> str:
     lines = [
         "# The fleet-scale defaults on shapes the scaling report does not contain",
         "",
-        f"Computed {data['date']} on {data['code']} with `benchmarks/held_out.py` (deterministic: the machine, "
-        f"{data['machine']['cpu']}, does not change the figures). The x10 workloads of the scaling report "
+        harness.computed(data, "benchmarks/held_out.py") + ". The x10 workloads of the scaling report "
         "([scaling_policies.md](scaling_policies.md), section 4) replayed time-warped (`--speed`) or with each "
         "request's copies spread over 30 s (`--scale-jitter`), on the measured H100 profile and the report's "
         "trace protocol and SLO; this project's defaults (" + ", ".join(f"`{p}`" for p in DEFAULTS) + ") and "
@@ -127,7 +123,7 @@ def render(data: dict[str, Any]) -> str:
     ]
     for s in data["shapes"]:
         fixed = s["best_fixed"]
-        best = f"`{fixed}` ({_pct(s['policies'][fixed]['feasible'])})" if fixed else "-"
+        best = f"`{fixed}` ({percent(s['policies'][fixed]['feasible'])})" if fixed else "-"
         lines.append(
             f"| {s['shape']} | `{' '.join(s['options'])}` | {s['oracle_mean']:.1f}, {s['oracle_max']} | {best} "
             f"| {verdict(s)} |"

@@ -179,8 +179,7 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         "# The planner's count against the replicas each interval needed",
         "",
-        f"Computed {data['date']} on {data['code']} with `benchmarks/need_estimate.py` (deterministic: the "
-        f"machine, {data['machine']['cpu']}, does not change the figures). `{data['policy']}` at its defaults "
+        harness.computed(data, "benchmarks/need_estimate.py") + f". `{data['policy']}` at its defaults "
         "on every window of the scaling report's summary rows, each round's terms set against the oracle's "
         "count for its interval (the need), in replicas: the mean of term less need, its spread (standard "
         "deviation), and the rounds above and below the need. Work is in replicas' worth, not rounded; the "

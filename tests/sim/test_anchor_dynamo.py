@@ -44,11 +44,11 @@ def test_the_defaults_are_the_documented_ones():
     ("itl_s", "n", "running", "waiting", "step", "said"),
     [
         (0.05, 1, 64, 30, 1, "over, +1"),  # 31 prompts to prefill before the next first token: TTFT > 500 ms
-        (0.02, 2, 64, 0, 1, "over, +1"),  # a full batch of 64: a step over a 20 ms ITL target
+        (0.012, 2, 64, 0, 1, "over, +1"),  # a full batch of 64: a step over a 12 ms ITL target
         (0.05, 1, 2, 0, 0, "within"),  # one engine never goes below min_endpoint
         (0.05, 3, 2, 0, -1, "-1"),  # on 2 engines, 3 running each: far within 80% of both targets
-        (0.05, 2, 50, 0, 0, "ITL"),  # 100 on one engine of a 64-batch: a step over 80% of the ITL target
-        (0.05, 2, 1, 6, 0, "queued TTFT"),  # 12 queued prompts on one engine: over 80% of the TTFT budget
+        (0.02, 2, 50, 0, 0, "ITL"),  # 100 on one engine of a 64-batch: a step over 80% of a 20 ms ITL target
+        (0.05, 2, 1, 12, 0, "queued TTFT"),  # 24 queued prompts on one engine: over 80% of the TTFT budget
     ],
     ids=["ttft-over", "itl-over", "one-engine", "down", "down-refused-itl", "down-refused-ttft"],
 )

@@ -139,7 +139,7 @@ def test_on_azure_slices_the_oracle_meets_its_target_is_monotone_and_under_any_p
     clip = LengthMap.parse("clip", h100.max_context)
     first = load_trace(TRACES / f"{name}.csv", clip, duration=150).requests
     later = load_trace(TRACES / f"{name}.csv", clip, start=1200, duration=150).requests
-    slo = replace(SLO_LONG, per_token_s=0.015 if name == "azure2023_code" else 0.010)
+    slo = replace(SLO_LONG, per_token_s=0.010 if name == "azure2023_code" else 0.0065)
     one = oracle(h100, first, slo, max_replicas=32)
     two = oracle(h100, later, slo, max_replicas=32)
     both = oracle(h100, superpose(first, later), slo, max_replicas=32)

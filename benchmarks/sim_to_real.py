@@ -17,7 +17,7 @@ that changes with the machine's load. So the server is also timed on a few **lon
 requests** (one at a time, not from the replayed window; before and after the replay), and the
 simulator runs a second time with the serving path's work added to the profile
 (``EngineProfile.with_overhead``): the median of real minus simulated TTFT to every prompt, and of
-real minus simulated time between tokens to every decode step, split by a batch of BATCH_PROBE such
+real minus simulated time between tokens to every decode step, split by a batch of ``--batch-probe`` such
 requests arriving together into a part per step and a part per sequence in the step (the stub sends
 one response per request per step). Both
 comparisons are reported: the raw one says how well the in-process profile predicts the served
@@ -30,9 +30,9 @@ Run from the repository root: ``python -m benchmarks.sim_to_real`` (about 3-5 mi
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -41,10 +41,11 @@ import numpy as np
 import numpy.typing as npt
 
 from benchmarks import harness
+from benchmarks import sim_to_real_serve as serving
 from nlgsim import plots
 from nlgsim.capacity import saturation_rate
 from nlgsim.profile import EngineProfile, load_profile
-from nlgsim.replay import Measured, replay
+from nlgsim.replay import Measured
 from nlgsim.results import RequestTable, request_table
 from nlgsim.simulator import Scenario, simulate
 from nlgsim.workload import LengthMap, Request, load_trace
@@ -54,13 +55,8 @@ TRACES = ROOT / "traces"  # the committed copies (benchmarks/traces/README.md)
 # Lone calibration requests: (prompt tokens, output tokens), spanning the replayed window's prompts.
 CALIBRATION = ((32, 48), (128, 48), (384, 48))
 # And a batch of them arriving together: serving work grows with the batch (a response per request
-# per step), which lone requests cannot show.
+# per step), which lone requests cannot show. Four on a 2-core CPU; a GPU batches far more (--batch-probe).
 BATCH_PROBE = 4
-
-
-def lone_real(url: str, requests: Sequence[Request]) -> list[Measured]:
-    """Each request alone on the server, one after another."""
-    return [replay(url, [replace(r, arrival=0.0)])[0] for r in requests]
 
 
 def lone_sim(profile: EngineProfile, r: Request) -> tuple[float, float]:
@@ -75,9 +71,9 @@ def per_step(real: Measured, sim_after_first: float, r: Request) -> float:
     return ((real.latency - real.ttft) - sim_after_first) / max(max(r.output_tokens) - 1, 1)
 
 
-def batch_probe(index: int) -> list[Request]:
+def batch_probe(index: int, size: int = BATCH_PROBE) -> list[Request]:
     prompt, output = CALIBRATION[1]
-    return [Request(20_000 + 100 * index + i, 0.0, prompt + i, (output,)) for i in range(BATCH_PROBE)]
+    return [Request(20_000 + 100 * index + i, 0.0, prompt + i, (output,)) for i in range(size)]
 
 
 def step_gap(profile: EngineProfile, requests: Sequence[Request], real: Sequence[Measured]) -> float:
@@ -97,13 +93,14 @@ def calibrated(
 ) -> tuple[EngineProfile, float, float, float]:
     """The profile plus the serving path's own work: from lone requests (medians), the real TTFT over
     the simulated one is added to every prompt and the real time between tokens over the simulated one
-    to a step of one; from batches of BATCH_PROBE, how much more that gap grows per sequence. Returns
+    to a step of one; from batches arriving together, how much more that gap grows per sequence. Returns
     the profile and the overheads (s): per prompt, per step, per sequence in a step; negatives count as 0.
     ``sims`` are :func:`lone_sim` of ``requests``."""
     first = statistics.median(m.ttft - s[0] for m, s in zip(real, sims, strict=True))
     lone_step = statistics.median(per_step(m, s[1], r) for m, s, r in zip(real, sims, requests, strict=True))
     batch_step = statistics.median(step_gap(profile, reqs, measured) for reqs, measured in batches)
-    per_sequence = max((batch_step - lone_step) / (BATCH_PROBE - 1), 0.0)
+    size = len(batches[0][0])
+    per_sequence = max((batch_step - lone_step) / (size - 1), 0.0)
     first, step = max(first, 0.0), max(lone_step - per_sequence, 0.0)
     served = profile.with_overhead(first_token_s=first, step_s=step, per_sequence_s=per_sequence)
     return served, first, step, per_sequence
@@ -133,8 +130,14 @@ def main() -> None:
     parser.add_argument("--max-output", type=int, default=64)
     parser.add_argument("--load", type=float, default=0.6, help="rate as a fraction of one replica's saturation")
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "sim_to_real.json")
+    parser.add_argument("--batch-probe", type=int, default=BATCH_PROBE, help="requests in a batch probe (>= 2)")
+    parser.add_argument("--plan", type=Path, help="only write the requests to serve elsewhere (sim_to_real_serve)")
+    parser.add_argument("--served", type=Path, help="compare what sim_to_real_serve recorded for --plan's requests")
     args = parser.parse_args()
-    from triton_backend.launch import TritonServer
+    if not 2 <= args.batch_probe <= 99:
+        parser.error(f"--batch-probe: {args.batch_probe} requests; give 2 to 99")
+    if args.plan and args.served:
+        parser.error("--plan writes the requests for --served's replay: give one of them")
 
     profile = load_profile(args.profile)
     lengths = replace(LengthMap.parse("scale:0.125"), max_output=args.max_output)
@@ -148,40 +151,52 @@ def main() -> None:
     reqs = [replace(r, arrival=r.arrival / speed) for r in window]
     print(f"{len(reqs)} requests over {reqs[-1].arrival:.0f} s ({args.load:g}x the saturation rate {capacity:.2f}/s)")
 
+    probes = [Request(10_000 + i, 0.0, p, (n,)) for i, (p, n) in enumerate(CALIBRATION)]
+    parts = {
+        "warmup": reqs[:2],  # first calls of each shape are slow
+        "before": probes, "batch_before": batch_probe(0, args.batch_probe), "window": reqs,
+        "after": probes, "batch_after": batch_probe(1, args.batch_probe),
+    }  # fmt: skip
     env = {
         "NLG_PRESET": profile.preset,
         "NLG_DTYPE": profile.dtype,
         "NLG_PREFILL_CHUNK_TOKENS": str(profile.prefill_chunk_tokens),
         "NLG_MAX_NUM_SEQS": str(profile.max_batch),
     }
-    t = time.perf_counter()
-    with TritonServer(env=env) as server:
-        startup = time.perf_counter() - t
-        replay(server.grpc_url, reqs[:2])  # warm-up: first calls of each shape are slow
-        time.sleep(2.0)
-        probes = [Request(10_000 + i, 0.0, p, (n,)) for i, (p, n) in enumerate(CALIBRATION)]
-        load_before = os.getloadavg()[0]
-        before = lone_real(server.grpc_url, probes)
-        batch_before = replay(server.grpc_url, batch_probe(0))
-        measured = replay(server.grpc_url, reqs)
-        after = lone_real(server.grpc_url, probes)
-        batch_after = replay(server.grpc_url, batch_probe(1))
-        load_after = os.getloadavg()[0]
+    if args.plan:
+        plan = {"env": env, "parts": {p: [serving.request_to_json(r) for r in v] for p, v in parts.items()}}
+        harness.write_json(args.plan, plan)
+        print(f"wrote {args.plan}: serve it with python -m benchmarks.sim_to_real_serve")
+        return
+    if args.served:
+        record = json.loads(args.served.read_text())
+        if record["plan"]["parts"] != {p: [serving.request_to_json(r) for r in v] for p, v in parts.items()}:
+            parser.error(f"{args.served} served other requests than these arguments make: give the same ones")
+        known = {r.id: r for v in parts.values() for r in v}
+        got = {p: [serving.measured_from_json(m, known) for m in record["parts"][p]] for p in serving.PARTS}
+        startup, hardware = record["startup_s"], record["hardware"]
+        load_before, load_after = record["load_average_before_after"]
+    else:
+        got = serving.serve(env, parts)
+        startup, hardware = got["startup_s"], f"this machine's CPU ({harness.cpu_model()})"
+        load_before, load_after = got["load_average_before_after"]
+    before, batch_before, measured = got["before"], got["batch_before"], got["window"]
+    after, batch_after = got["after"], got["batch_after"]
     mismatched = [m.request.id for m in measured if m.input_tokens != m.request.prompt_tokens]
     real_ttft = np.array([m.ttft for m in measured])
     real_tok = np.array([m.per_token for m in measured])
 
     table = request_table(simulate(Scenario(profile, reqs, None, initial_replicas=1)))
     metrics = compare(real_ttft, real_tok, table)
-    batches = [(batch_probe(0), batch_before), (batch_probe(1), batch_after)]
+    batches = [(batch_probe(0, args.batch_probe), batch_before), (batch_probe(1, args.batch_probe), batch_after)]
     sims = [lone_sim(profile, r) for r in probes]
     served, first_s, step_s, seq_s = calibrated(profile, [*probes, *probes], [*before, *after], [*sims, *sims], batches)
     ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))
     cmetrics = compare(real_ttft, real_tok, ctable)
     figs = []
     for name, real, sim, csim, fname in (
-        ("TTFT (s)", real_ttft, table.ttft, ctable.ttft, "sim_to_real_ttft.png"),
-        ("per-token latency (s)", real_tok, table.per_token, ctable.per_token, "sim_to_real_per_token.png"),
+        ("TTFT (s)", real_ttft, table.ttft, ctable.ttft, f"{args.out.stem}_ttft.png"),
+        ("per-token latency (s)", real_tok, table.per_token, ctable.per_token, f"{args.out.stem}_per_token.png"),
     ):
         plots.distributions(
             {"real Triton": list(real), "simulator": list(sim), "simulator, calibrated": list(csim)},
@@ -192,10 +207,10 @@ def main() -> None:
         figs.append(fname)
     result = {
         "description": (
-            f"{len(reqs)} requests of azure2023_conv from {args.start:g} s (prompt x 1/8, outputs capped at "
+            f"{len(reqs)} requests of {args.trace.stem} from {args.start:g} s (prompt x 1/8, outputs capped at "
             f"{args.max_output}), replayed at {args.load:g}x one replica's saturation rate "
             f"({capacity:.2f} req/s, from the profile) against one real tritonserver ({profile.preset} "
-            f"{profile.dtype} on this machine's CPU, ready {startup:.0f} s after start) and against the "
+            f"{profile.dtype} on {hardware}, ready {startup:.0f} s after start) and against the "
             f"simulator with profiles/{args.profile.name}. "
             "Real times are taken on the client (gRPC streaming): TTFT at the first response with text, "
             "per-token latency as the final response's latency over the tokens generated."
@@ -207,7 +222,7 @@ def main() -> None:
             "first_token_overhead_s": first_s,
             "step_overhead_s": step_s,
             "per_sequence_overhead_s": seq_s,
-            "batch_probe": [BATCH_PROBE, *CALIBRATION[1]],
+            "batch_probe": [args.batch_probe, *CALIBRATION[1]],
             "real_lone_ttft_s": [m.ttft for m in [*before, *after]],
             "real_lone_after_first_s": [m.latency - m.ttft for m in [*before, *after]],
             "sim_lone_s": [list(s) for s in sims],

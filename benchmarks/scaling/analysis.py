@@ -227,8 +227,13 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
     return {f"{key}.{k}": v for k, v in out.items()}
 
 
-def values(data: Mapping[str, Any], real: Mapping[str, Any] | None) -> dict[str, str]:
-    """Every placeholder of the report, from the runner's JSON (and sim_to_real.json, when present)."""
+def values(
+    data: Mapping[str, Any],
+    real: Mapping[str, Any] | None,
+    real_h100: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> dict[str, str]:
+    """Every placeholder of the report, from the runner's JSON (and the sim-to-real results, where there
+    are: ``real`` on this machine's CPU, ``real_h100`` by trace on the H100)."""
     out: dict[str, str] = {}
     results = {k: ProtocolResult.from_json(v) for k, v in data["experiments"].items()}
     wall = sum(data["wall_s"].values())
@@ -263,6 +268,8 @@ def values(data: Mapping[str, Any], real: Mapping[str, Any] | None) -> dict[str,
     out.update(_issue12_values("issue12.t4cal", results["thesis-cal-tuning"], results["thesis-cal-families"]))
     out.update(_claim_values())
     out.update(_real_values(real))
+    for trace, served in (real_h100 or {}).items():
+        out.update(_real_values(served, f"real_h100_{trace}", f"sim_to_real_h100_{trace}.json"))
     return out
 
 
@@ -498,10 +505,10 @@ def _claim_values() -> dict[str, str]:
     }
 
 
-def _real_values(real: Mapping[str, Any] | None) -> dict[str, str]:
+def _real_values(real: Mapping[str, Any] | None, key: str = "real", name: str = "sim_to_real.json") -> dict[str, str]:
     if real is None:
-        return {"real.description": "Not run: benchmarks/results/sim_to_real.json is missing.", "real.table": "",
-                "real.verdicts": "-", "real.calibration": ""}  # fmt: skip
+        return {f"{key}.description": f"Not run: benchmarks/results/{name} is missing.", f"{key}.table": "",
+                f"{key}.verdicts": "-", f"{key}.calibration": "", f"{key}.figures": ""}  # fmt: skip
     runs = {"in-process profile (raw)": real["metrics"]}
     if "calibrated_metrics" in real:
         runs["profile + serving overhead from probe requests"] = real["calibrated_metrics"]
@@ -525,9 +532,9 @@ def _real_values(real: Mapping[str, Any] | None) -> dict[str, str]:
         )  # fmt: skip
     figs = "\n".join(f"![{f}](figures/{f})" for f in real.get("figures", []))
     return {
-        "real.description": real["description"],
-        "real.table": sim_to_real_table(real),
-        "real.verdicts": verdicts,
-        "real.calibration": calibration,
-        "real.figures": figs,
+        f"{key}.description": real["description"],
+        f"{key}.table": sim_to_real_table(real),
+        f"{key}.verdicts": verdicts,
+        f"{key}.calibration": calibration,
+        f"{key}.figures": figs,
     }

@@ -29,6 +29,8 @@ TEMPLATE = Path(__file__).with_name("report_template.md")
 REPORT = ROOT / "benchmarks" / "scaling_policies.md"
 FIGURES = ROOT / "benchmarks" / "figures"
 SIM_TO_REAL = ROOT / "benchmarks" / "results" / "sim_to_real.json"
+# The same check on the GPU the fleet tables model, one per trace (the GPU machine serves, this renders).
+SIM_TO_REAL_H100 = {t: ROOT / "benchmarks" / "results" / f"sim_to_real_h100_{t}.json" for t in ("conv", "code")}
 FIRST_BURST = ROOT / "benchmarks" / "results" / "first_burst.json"
 NEED_ESTIMATE = ROOT / "benchmarks" / "results" / "need_estimate.json"
 PLACEHOLDER = re.compile(r"\{\{([^{}]+?)\}\}")
@@ -73,13 +75,13 @@ def figure_values(data: Mapping[str, Any], draw: bool, shown: set[str]) -> dict[
 
 def render(
     data: Mapping[str, Any], real: Mapping[str, Any] | None, bursts: Mapping[str, Any] | None, draw: bool = False,
-    needs: Mapping[str, Any] | None = None,
+    needs: Mapping[str, Any] | None = None, real_h100: Mapping[str, Mapping[str, Any] | None] | None = None,
 ) -> str:  # fmt: skip
-    """The report; ``real``, ``bursts`` and ``needs``: the sim-to-real, first-burst and need-estimate
-    results, where there are."""
+    """The report; ``real``, ``bursts``, ``needs`` and ``real_h100``: the sim-to-real, first-burst,
+    need-estimate and H100 sim-to-real results, where there are."""
     template = TEMPLATE.read_text()
     given = {
-        **values(data, real),
+        **values(data, real, real_h100),
         **fleet.placeholders(data),
         **fleet.first_burst_values(bursts),
         **fleet.need_values(needs),
@@ -88,6 +90,11 @@ def render(
         **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
     }
     return fill(template, given)
+
+
+def h100_results() -> dict[str, dict[str, Any] | None]:
+    """The H100 sim-to-real results by trace, None where one is missing."""
+    return {t: json.loads(p.read_text()) if p.exists() else None for t, p in SIM_TO_REAL_H100.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     real = json.loads(SIM_TO_REAL.read_text()) if SIM_TO_REAL.exists() else None
     bursts = json.loads(FIRST_BURST.read_text()) if FIRST_BURST.exists() else None
     needs = json.loads(NEED_ESTIMATE.read_text()) if NEED_ESTIMATE.exists() else None
-    args.out.write_text(render(data, real, bursts, draw=not args.no_figures, needs=needs))
+    args.out.write_text(render(data, real, bursts, draw=not args.no_figures, needs=needs, real_h100=h100_results()))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

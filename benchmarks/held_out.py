@@ -26,7 +26,7 @@ from benchmarks import harness
 from benchmarks.first_burst import percent
 from benchmarks.scaling.analysis import figures
 from benchmarks.scaling.experiments import FLEET, experiment
-from benchmarks.scaling.fleet import DEFAULTS, best_fixed, cheapest
+from benchmarks.scaling.fleet import DEFAULTS, best_fixed, best_fixed_bracketed, cheapest
 from nlgsim.cli import build_parser, plan_from_args
 from nlgsim.protocol import run_plan
 from nlgsim.protocol_result import ProtocolResult
@@ -75,6 +75,7 @@ def summarize_shape(name: str, key: str, options: tuple[str, ...], result: Proto
         "oracle_mean": statistics.fmean(orc.replicas) if orc and orc.replicas else math.nan,
         "oracle_max": max(orc.replicas) if orc and orc.replicas else 0,
         "best_fixed": fixed.name if fixed else None,
+        "best_fixed_bracketed": best_fixed_bracketed(result),
         "cheapest_default": mine.name if mine else None,
         "policies": policies,
     }
@@ -99,6 +100,8 @@ def verdict(shape: dict[str, Any]) -> str:
     fixed, mine = shape["best_fixed"], shape["cheapest_default"]
     if fixed is None:
         return "no fixed fleet run reaches the target"
+    if not shape.get("best_fixed_bracketed", True):
+        return f"unknown: `{fixed}` is the fewest run that reach the target, and one replica fewer was not run"
     if mine is None:
         return "not met: no default reaches the target"
     ratio = shape["policies"][mine]["gpu"] / shape["policies"][fixed]["gpu"]

@@ -164,19 +164,19 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in (*range(7, 17), 18, 20, 22, 24, 28, 32))), scale=10,
+        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(3, 13))), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, "planner:0.9", *WINDOWS, *LAGGED, "fixed:5", "fixed:6", "fixed:7"), scale=10,
+        (*FLEET, "planner:0.9", *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(2, 7))), scale=10,
     ),  # fmt: skip
     _trace(
         "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(16, 23))), scale=30,
+        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(4, 13))), scale=30,
     ),  # fmt: skip
     _trace(
         "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
-        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in range(20, 65, 4))), scale=30,
+        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in range(16, 29))), scale=30,
     ),  # fmt: skip
 )
 

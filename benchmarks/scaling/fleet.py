@@ -75,6 +75,16 @@ def best_fixed(result: ProtocolResult) -> PolicyFigures | None:
     return min(meeting, key=lambda f: int(f.name.partition(":")[2]), default=None)
 
 
+def best_fixed_bracketed(result: ProtocolResult) -> bool:
+    """Whether the best fixed fleet is the fewest that reach the target, not the fewest of those run: one
+    reaches it and the fleet of one replica fewer was run too (and missed it), unless it is one replica."""
+    best = best_fixed(result)
+    if best is None:
+        return False
+    n = int(best.name.partition(":")[2])
+    return n == 1 or f"fixed:{n - 1}" in by_policy(result)
+
+
 def cheapest(
     result: ProtocolResult, families: tuple[str, ...] = (), policies: tuple[str, ...] = ()
 ) -> PolicyFigures | None:
@@ -433,6 +443,8 @@ def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     startups = {r.oracle.startup_s for k, r in results.items() if k in {key for _, _, key in ROWS} and r.oracle}
     out["fleet.startup_s"] = ", ".join(f"{x:g}" for x in sorted(startups)) or "-"
     out["check:fleet.conv_x10_slot_bound"] = str(slot_bound(results.get("trace-conv-h100-x10"))).lower()
+    bracketed = all(best_fixed_bracketed(results[k]) for _, _, k in ROWS if k in results)
+    out["check:fleet.best_fixed_bracketed"] = "true" if bracketed else "false"
     met = [verdict(t, s, results[k])[0] for t, s, k in ROWS if k in results]
     out["fleet.met"] = str(sum(met))
     out["fleet.rows"] = str(len(ROWS))

@@ -52,6 +52,18 @@ def test_the_best_fixed_fleet_is_the_fewest_replicas_reaching_the_target():
     assert fleet.best_fixed(made({"fixed:3": (0.97, 900.0)})) is None
 
 
+def test_the_best_fixed_fleet_is_bracketed_only_where_one_replica_fewer_was_run_and_missed():
+    assert fleet.best_fixed_bracketed(RESULT)  # fixed:3 was run and missed
+    assert not fleet.best_fixed_bracketed(made({"fixed:5": (0.999, 1500.0), "fixed:6": (1.0, 1800.0)}))
+    assert not fleet.best_fixed_bracketed(made({"fixed:3": (0.97, 900.0)}))  # none reaches the target
+    assert fleet.best_fixed_bracketed(made({"fixed:1": (0.995, 300.0)}))  # no fleet is smaller
+    # The renderer refuses the report while any row's best fixed fleet is only the fewest of those run.
+    rows = {key: made({"fixed:5": (0.999, 1500.0)}) for _, _, key in fleet.ROWS}
+    assert fleet.values(rows)["check:fleet.best_fixed_bracketed"] == "false"
+    rows = {key: RESULT for _, _, key in fleet.ROWS}
+    assert fleet.values(rows)["check:fleet.best_fixed_bracketed"] == "true"
+
+
 def test_the_cheapest_of_this_project_leaves_out_the_anchors_and_fixed_fleets():
     assert fleet.cheapest(RESULT).name == "kpa"  # any policy
     assert fleet.cheapest(RESULT, fleet.OWN).name == "planner"

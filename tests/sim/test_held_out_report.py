@@ -44,3 +44,5 @@ def test_the_verdict_is_met_only_at_or_below_the_best_fixed_fleets_gpu_seconds()
     assert held_out.verdict(shape((0.995, 1100.0))) == f"not met: `{DEFAULTS[0]}` at 1.10x `fixed:4`'s GPU-s"
     assert held_out.verdict(shape(None)) == "not met: no default reaches the target"
     assert held_out.verdict({**shape(None), "best_fixed": None}) == "no fixed fleet run reaches the target"
+    unbracketed = {**shape((0.995, 900.0)), "best_fixed_bracketed": False}
+    assert held_out.verdict(unbracketed).startswith("unknown: `fixed:4` is the fewest run")

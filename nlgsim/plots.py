@@ -193,12 +193,13 @@ def replicas_small_multiples(
     end: float,
     oracle: tuple[Sequence[float], Sequence[int]] | None = None,
 ) -> Path:
-    """Pods billed over time, one panel per policy on shared axes (every series visible), each with
-    the oracle's replicas dashed where given."""
+    """Pods billed over time, one panel per policy on a shared time axis, each with the oracle's replicas
+    dashed where given. Each panel has its own count scale, from 0 to the most its policy or the oracle
+    reached: on one shared scale a policy that runs away to the maximum flattens every other panel."""
     names = list(series)
-    fig, axes = plt.subplots(len(names), 1, figsize=(7.6, 1.1 * len(names) + 1.0), sharex=True, sharey=True)
+    fig, axes = plt.subplots(len(names), 1, figsize=(7.6, 1.1 * len(names) + 1.0), sharex=True)
     axes_list = [axes] if len(names) == 1 else list(axes)
-    top = max([n for pts in series.values() for _, n in pts] + (list(oracle[1]) if oracle else []) + [1])
+    oracle_top = max(list(oracle[1]) if oracle else [1])
     for ax, name in zip(axes_list, names, strict=True):
         pts = list(series[name])
         t = [p[0] for p in pts] + [end]
@@ -208,7 +209,7 @@ def replicas_small_multiples(
             ot, on = oracle
             ax.step(list(ot), list(on), where="post", color="black", linestyle="--", linewidth=1.0)
         ax.set_title(name, loc="left", fontsize=8, pad=2)
-        ax.set_ylim(0, top + 0.6)
+        ax.set_ylim(0, max([oracle_top, *n]) + 0.6)
         ax.set_xlim(0, end)
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
     axes_list[-1].set_xlabel("seconds from the start of the measured window")

@@ -64,6 +64,18 @@ def test_the_best_fixed_fleet_is_bracketed_only_where_one_replica_fewer_was_run_
     assert fleet.values(rows)["check:fleet.best_fixed_bracketed"] == "true"
 
 
+def test_the_conv_rows_are_as_the_prose_says_only_with_the_planner_over_the_start_up_goal_then_under_target():
+    # made() charges the start-up bound 1100 GPU-s: 1300 is 1.18x it.
+    x10 = made({"planner": (0.999, 1300.0), "fixed:2": (0.95, 1000.0), "fixed:3": (1.0, 1500.0)})
+    x30 = made({"planner": (0.985, 1200.0), "fixed:3": (1.0, 1500.0)})
+    rows = {"trace-conv-h100-x10": x10, "trace-conv-h100-x30": x30}
+    assert fleet.conv_rows_as_described(rows)
+    assert not fleet.conv_rows_as_described({**rows, "trace-conv-h100-x30": x10})  # x30 at the target
+    cheap = made({"planner": (0.999, 1000.0), "fixed:2": (0.95, 1000.0), "fixed:3": (1.0, 1500.0)})
+    assert not fleet.conv_rows_as_described({**rows, "trace-conv-h100-x10": cheap})  # within the start-up goal
+    assert not fleet.conv_rows_as_described({"trace-conv-h100-x10": x10})  # x30 not run: no claim
+
+
 def test_the_cheapest_of_this_project_leaves_out_the_anchors_and_fixed_fleets():
     assert fleet.cheapest(RESULT).name == "kpa"  # any policy
     assert fleet.cheapest(RESULT, fleet.OWN).name == "planner"
@@ -205,11 +217,14 @@ def test_the_long_windows_terms_are_read_for_conv_above_the_recorded_rate_with_t
     got = fleet.long_need_values({"rows": [row(1, 5.0, 9.0), row(10, -0.1, 0.7), row(30, 0.2, 0.8), code]})
     assert got == {
         "need.conv.burst": "+0.70", "need.long.conv.burst": "-0.10 to +0.20", "need.long.conv.held": "0.40 to 0.50",
-        "need.long.conv.work_below": "1.00", "check:need.long_lower": "true",
+        "need.long.conv.work_below": "1.00", "check:need.long_burst_lower": "true",
+        "check:need.long_holds_higher": "false",
     }  # fmt: skip
-    # Holding more over the long window than over the protocol's on one row: the prose is refused.
-    assert fleet.long_need_values({"rows": [row(10, -0.1, 0.7), row(30, 0.2, 2.0)]})["check:need.long_lower"] == "false"
-    assert fleet.long_need_values(None)["check:need.long_lower"] == "false"  # not measured: no claim
+    # Holding more over the long window than over the protocol's on every row; its burst level higher on one.
+    got = fleet.long_need_values({"rows": [row(10, -0.1, 2.1), row(30, 0.8, 2.0)]})
+    assert (got["check:need.long_holds_higher"], got["check:need.long_burst_lower"]) == ("true", "false")
+    none = fleet.long_need_values(None)  # not measured: no claim
+    assert none["check:need.long_burst_lower"] == none["check:need.long_holds_higher"] == "false"
 
 
 def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_the_prose_needs():
@@ -222,11 +237,11 @@ def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_th
     assert got == {
         "need.short.conv_x10.median": "29", "need.short.conv_x10.allowance": "2.54",
         "need.short.conv_x30.median": "91", "need.short.conv_x30.allowance": "0.33",
-        "check:need.short.conv_x10_whole": "true", "check:need.short.conv_x30_few": "true",
+        "check:need.short.conv_x10_whole": "true", "check:need.short.conv_x30_under_one": "true",
     }  # fmt: skip
     turned = [row("conv", 10, 0.9, 0.4), row("conv", 30, 0.5, 1.8)]
     got = fleet.short_values({"rows": turned})
-    assert got["check:need.short.conv_x10_whole"] == got["check:need.short.conv_x30_few"] == "false"
+    assert got["check:need.short.conv_x10_whole"] == got["check:need.short.conv_x30_under_one"] == "false"
     assert fleet.short_values(None)["check:need.short.conv_x10_whole"] == "false"
 
 

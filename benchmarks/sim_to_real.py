@@ -163,14 +163,14 @@ def main() -> None:
         "NLG_PREFILL_CHUNK_TOKENS": str(profile.prefill_chunk_tokens),
         "NLG_MAX_NUM_SEQS": str(profile.max_batch),
     }
+    planned = {p: [serving.request_to_json(r) for r in v] for p, v in parts.items()}
     if args.plan:
-        plan = {"env": env, "parts": {p: [serving.request_to_json(r) for r in v] for p, v in parts.items()}}
-        harness.write_json(args.plan, plan)
+        harness.write_json(args.plan, {"env": env, "parts": planned})
         print(f"wrote {args.plan}: serve it with python -m benchmarks.sim_to_real_serve")
         return
     if args.served:
         record = json.loads(args.served.read_text())
-        if record["plan"]["parts"] != {p: [serving.request_to_json(r) for r in v] for p, v in parts.items()}:
+        if record["plan"]["parts"] != planned:
             parser.error(f"{args.served} served other requests than these arguments make: give the same ones")
         known = {r.id: r for v in parts.values() for r in v}
         got = {p: [serving.measured_from_json(m, known) for m in record["parts"][p]] for p in serving.PARTS}
@@ -188,7 +188,7 @@ def main() -> None:
 
     table = request_table(simulate(Scenario(profile, reqs, None, initial_replicas=1)))
     metrics = compare(real_ttft, real_tok, table)
-    batches = [(batch_probe(0, args.batch_probe), batch_before), (batch_probe(1, args.batch_probe), batch_after)]
+    batches = [(parts["batch_before"], batch_before), (parts["batch_after"], batch_after)]
     sims = [lone_sim(profile, r) for r in probes]
     served, first_s, step_s, seq_s = calibrated(profile, [*probes, *probes], [*before, *after], [*sims, *sims], batches)
     ctable = request_table(simulate(Scenario(served, reqs, None, initial_replicas=1)))

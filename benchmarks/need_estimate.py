@@ -214,7 +214,7 @@ LONG_TERMS = ("work measured", "forecast at its headroom", "burst level", "plann
 
 def long_window_section(data: Mapping[str, Any]) -> list[str]:
     """Per row, the mean of each of ``LONG_TERMS`` less the need (its spread in parentheses) for the
-    planner over the protocol's windows and over the long window, and what the holds add."""
+    planner over its default window and over the long window, and what the holds add."""
     long, base = data["long_window"], data["policy"]
     lines = [
         f"## `{long}`: the same terms over longer windows",

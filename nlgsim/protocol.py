@@ -73,7 +73,7 @@ PROTOCOLS = {
     ),
     "trace": Protocol(
         "trace", "window", SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken")),
-        {"min_deployment_count": 1, "max_deployment_count": 64, "stabilization_window": 120, "time_window": 30},
+        {"min_deployment_count": 1, "max_deployment_count": 64},
         ("planner", "pertoken:10 w30", "pertoken:15 w30", "pertoken:25 w30", "pertoken:10 w60", "pertoken:15 w60",
          "pertoken:25 w60", *ANCHORS),
         replicates=4,

@@ -383,8 +383,17 @@ def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, A
         "trace.slo": trace.slo,
         "trace.lengths": tcmd["lengths"],
         "trace.scaler": f"{scaler['min_deployment_count']} to {scaler['max_deployment_count']} replicas, "
-        f"{scaler['time_window']:g} s window, {scaler['stabilization_window']:g} s scale-down stabilization",
+        f"{scaler['time_window']:g} s window, {scaler['stabilization_window']:g} s scale-down stabilization, "
+        f"{_rate(scaler['scale_up'])} up and {_rate(scaler['scale_down'])} down",
     }
+
+
+def _rate(limit: Mapping[str, Any]) -> str:
+    """A scale rate as HPA's policies read: at most the larger (or smaller) of pods and percent per period."""
+    pods = f"{limit['max_pods']} pod{'s' if limit['max_pods'] != 1 else ''}"
+    if limit["max_percent"] < 100 or limit["max_pods"] > 1:
+        pods = f"the {'larger' if limit['select'] == 'max' else 'smaller'} of {pods} and {limit['max_percent']:g}%"
+    return f"{pods} per {limit['period']:g} s"
 
 
 def _family_values(prefix: str, result: ProtocolResult) -> dict[str, str]:

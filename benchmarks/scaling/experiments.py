@@ -115,12 +115,13 @@ FLEET = ("planner", "pertoken:15 w30", *ANCHORS)
 #: letting replicas go between bursts to the planner's burst lookback. A reference of what reacting to exactly
 #: measured need reaches, beside the fixed fleets in every fleet-scale table.
 LAGGED = ("lagged:120", "lagged:300", "lagged:600")
-#: The planner measuring over longer windows than the trace protocol's: an approach tried on the rows not
-#: met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
+#: The planner measuring over a longer window than the autoscaler's default: an approach tried on the rows
+#: not met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
 LONG_WINDOW = "planner w120"
-#: The long window beside its neighbours, on the rows where the windows were tried: whether a window meets
-#: a row alone or with the windows around it says whether the row is met by a setting or by a margin.
-WINDOWS = ("planner w60", "planner w90", LONG_WINDOW, "planner w180")
+#: The planner over windows shorter and longer than its default, on the rows where the windows were tried:
+#: whether a window meets a row alone or with the windows around it says whether the row is met by a
+#: setting or by a margin.
+WINDOWS = ("planner w30", "planner w90", LONG_WINDOW, "planner w180")
 
 
 EXPERIMENTS: tuple[Experiment, ...] = (

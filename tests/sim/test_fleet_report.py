@@ -4,7 +4,9 @@ cheapest policy of this project at the target, and each row's goal."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+from autoscaler.config import ScalerSpec
 from benchmarks.scaling import fleet
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
 from nlgsim.protocol_tables import trace_table
@@ -64,16 +66,27 @@ def test_the_best_fixed_fleet_is_bracketed_only_where_one_replica_fewer_was_run_
     assert fleet.values(rows)["check:fleet.best_fixed_bracketed"] == "true"
 
 
-def test_the_conv_rows_are_as_the_prose_says_only_with_the_planner_over_the_start_up_goal_then_under_target():
-    # made() charges the start-up bound 1100 GPU-s: 1300 is 1.18x it.
-    x10 = made({"planner": (0.999, 1300.0), "fixed:2": (0.95, 1000.0), "fixed:3": (1.0, 1500.0)})
-    x30 = made({"planner": (0.985, 1200.0), "fixed:3": (1.0, 1500.0)})
-    rows = {"trace-conv-h100-x10": x10, "trace-conv-h100-x30": x30}
-    assert fleet.conv_rows_as_described(rows)
-    assert not fleet.conv_rows_as_described({**rows, "trace-conv-h100-x30": x10})  # x30 at the target
-    cheap = made({"planner": (0.999, 1000.0), "fixed:2": (0.95, 1000.0), "fixed:3": (1.0, 1500.0)})
-    assert not fleet.conv_rows_as_described({**rows, "trace-conv-h100-x10": cheap})  # within the start-up goal
-    assert not fleet.conv_rows_as_described({"trace-conv-h100-x10": x10})  # x30 not run: no claim
+def test_the_conv_rows_are_met_as_the_prose_says_and_the_default_window_alone_meets_them():
+    # made() charges the start-up bound 1100 GPU-s: 1200 is 1.09x it, 1300 1.18x.
+    def conv(planner: tuple[float, float], **windows: tuple[float, float]) -> ProtocolResult:
+        runs = {"planner": planner, **{f"planner w{k[1:]}": v for k, v in windows.items()}}
+        return made({**runs, "fixed:2": (0.95, 1000.0), "fixed:3": (1.0, 1500.0)})
+
+    met = conv((0.995, 1200.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))
+    rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met}
+    windows = ("planner w30", "planner w90")
+    assert fleet.conv_rows_met(rows) and fleet.default_window_alone(rows, windows)
+    over = conv((0.995, 1300.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # over the start-up goal
+    assert not fleet.conv_rows_met({**rows, "trace-conv-h100-x30": over})
+    under = conv((0.985, 1200.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # under the target
+    assert not fleet.conv_rows_met({**rows, "trace-conv-h100-x10": under})
+    assert not fleet.conv_rows_met({})  # no row run: no claim
+    # Another window meeting both rows too: the default is not alone.
+    also = conv((0.995, 1200.0), w30=(0.995, 1250.0), w90=(0.98, 1100.0))
+    assert not fleet.default_window_alone({"trace-conv-h100-x10": also, "trace-conv-h100-x30": also}, windows)
+    # Met on one row only by that window: still alone.
+    assert fleet.default_window_alone({"trace-conv-h100-x10": also, "trace-conv-h100-x30": met}, windows)
+    assert not fleet.default_window_alone(rows, ("planner w180",))  # no window run: no claim
 
 
 def test_the_cheapest_of_this_project_leaves_out_the_anchors_and_fixed_fleets():
@@ -217,14 +230,31 @@ def test_the_long_windows_terms_are_read_for_conv_above_the_recorded_rate_with_t
     got = fleet.long_need_values({"rows": [row(1, 5.0, 9.0), row(10, -0.1, 0.7), row(30, 0.2, 0.8), code]})
     assert got == {
         "need.conv.burst": "+0.70", "need.long.conv.burst": "-0.10 to +0.20", "need.long.conv.held": "0.40 to 0.50",
-        "need.long.conv.work_below": "1.00", "check:need.long_burst_lower": "true",
-        "check:need.long_holds_higher": "false",
+        "need.long.conv.work_below": "1.00", "check:need.long_holds_higher": "false",
     }  # fmt: skip
-    # Holding more over the long window than over the protocol's on every row; its burst level higher on one.
+    # Holding more over the long window than over the default one on every row.
     got = fleet.long_need_values({"rows": [row(10, -0.1, 2.1), row(30, 0.8, 2.0)]})
-    assert (got["check:need.long_holds_higher"], got["check:need.long_burst_lower"]) == ("true", "false")
-    none = fleet.long_need_values(None)  # not measured: no claim
-    assert none["check:need.long_burst_lower"] == none["check:need.long_holds_higher"] == "false"
+    assert got["check:need.long_holds_higher"] == "true"
+    assert fleet.long_need_values(None)["check:need.long_holds_higher"] == "false"  # not measured: no claim
+
+
+def test_the_need_values_are_read_for_conv_above_the_recorded_rate_with_their_check():
+    def row(trace: str, scale: int, work: float, planned: float, asked: float) -> dict:
+        means = {"work measured": work, "planned (the largest)": planned, "asked for": asked}
+        terms = {name: {"mean": m, "sd": 0.5} for name, m in means.items()}
+        return {"trace": trace, "scale": scale, "terms": terms}
+
+    rows = [row("azure2023_conv", 10, -0.8, -0.2, 0.6), row("azure2023_conv", 30, -1.6, -0.4, 0.8),
+            row("azure2023_conv", 1, 5.0, 5.0, 5.0), row("azure2023_code", 10, 9.0, 9.0, 9.0)]  # fmt: skip
+    got = fleet.need_values({"rows": rows})
+    assert got == {
+        "need.conv.work_below": "0.80 to 1.60", "need.conv.work_spread": "0.50", "need.conv.planned": "-0.40 to -0.20",
+        "need.conv.held": "0.80 to 1.20", "need.conv.asked": "+0.60 to +0.80", "check:need.conv_signs": "true",
+    }  # fmt: skip
+    # Asking for less than the need on one row, or measuring more work than it: the prose is refused.
+    for bad in (row("azure2023_conv", 30, -1.6, -0.4, -0.1), row("azure2023_conv", 30, 0.1, -0.4, 0.8)):
+        assert fleet.need_values({"rows": [rows[0], bad]})["check:need.conv_signs"] == "false"
+    assert fleet.need_values(None)["check:need.conv_signs"] == "false"
 
 
 def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_the_prose_needs():
@@ -245,11 +275,20 @@ def test_the_short_values_are_per_row_above_the_recorded_rate_with_the_checks_th
     assert fleet.short_values(None)["check:need.short.conv_x10_whole"] == "false"
 
 
-def test_the_long_windows_seconds_are_read_from_its_policy_and_the_trace_protocol():
-    assert fleet.long_window_values("planner w90", ("planner w90", "planner w60")) == {
-        "fleet.long_window_s": "90", "fleet.protocol_window_s": "30", "fleet.long_window_x": "3",
-        "fleet.live_window_s": "60", "fleet.live_window": "planner w60", "check:fleet.live_window_run": "true",
+def test_the_long_windows_seconds_are_read_from_its_policy_and_the_trace_protocol(monkeypatch):
+    default = ScalerSpec()
+    assert fleet.long_window_values("planner w90") == {
+        "fleet.long_window_s": "90", "fleet.protocol_window_s": f"{default.time_window:g}",
+        "fleet.protocol_stabilization_s": f"{default.stabilization_window:g}",
+        "fleet.long_window_x": f"{90 / default.time_window:g}", "check:fleet.protocol_at_defaults": "true",
     }  # fmt: skip
-    # The live default window not among the windows run: the prose pointing at its row is refused.
-    assert fleet.long_window_values(windows=("planner w90",))["check:fleet.live_window_run"] == "false"
     assert fleet.long_window_values()["fleet.long_window_s"] == fleet.LONG_WINDOW.rpartition("w")[2]
+    # A protocol that sets the scaler's window itself: read from there, and the claim that the goal is
+    # judged at the autoscaler's defaults is refused.
+    trace = replace(fleet.PROTOCOLS["trace"], scaler={"max_deployment_count": 64, "time_window": 30})
+    monkeypatch.setitem(fleet.PROTOCOLS, "trace", trace)
+    got = fleet.long_window_values("planner w90")
+    assert (got["fleet.protocol_window_s"], got["fleet.long_window_x"]) == ("30", "3")
+    assert got["check:fleet.protocol_at_defaults"] == "false"
+
+

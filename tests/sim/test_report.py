@@ -94,11 +94,15 @@ def test_the_traces_readme_states_the_rows_of_the_committed_files():
 
 def test_the_docs_list_each_protocols_defaults_as_the_code_has_them():
     text = (ROOT / "docs" / "simulator.md").read_text()
-    rows = re.findall(r"^\| `(\w+)` \| (\d+) (seeds|windows) \| [^|]+ \| [^|]+ \| (.+) \|$", text, re.M)
+    rows = re.findall(r"^\| `(\w+)` \| (\d+) (seeds|windows) \| [^|]+ \| ([^|]+) \| (.+) \|$", text, re.M)
     assert {name for name, *_ in rows} == set(PROTOCOLS)
-    for name, count, unit, policies in rows:
+    for name, count, unit, scaler, policies in rows:
         protocol = PROTOCOLS[name]
         assert (int(count), unit) == (protocol.replicates, protocol.replicate + "s")
+        # The column names the bounds alone: every other scaler setting is the autoscaler's default.
+        low, high = protocol.scaler["min_deployment_count"], protocol.scaler["max_deployment_count"]
+        assert set(protocol.scaler) == {"min_deployment_count", "max_deployment_count"}
+        assert scaler.strip() == f"{low:g} to {high:g} replicas"
         assert tuple(re.findall(r"`([^`]+)`", policies)) == protocol.policies
 
 

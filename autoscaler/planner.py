@@ -22,7 +22,8 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    ``headroom`` of what it carries, the burst level's at all of it (already a high quantile, it needs no
    margin on top); and the TTFT of the replicas as an M/M/c queue of prefills, each request allowed
    the wait its SLO leaves it (:func:`queue_replicas`: a short output's per-token limit leaves little);
-   it scales in only when no burst that needed the last replica is due within a start-up
+   it scales in only when no burst that needed the last replica (work over what one replica fewer
+   carries at ``headroom``) is due within a start-up
    (:func:`scale_in_hold`, from the gaps between the bursts seen) and the TTFT queue would still be
    met by one replica fewer at ``N / (N - 1)`` of the rate (:func:`queue_scale_in_hold`);
 7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
@@ -349,16 +350,19 @@ def scale_in_hold(
     history: tuple[tuple[float, float], ...], now: float, cfg: PlannerConfig, current: int
 ) -> str:  # fmt: skip
     """Why ``current`` replicas must stay ("" when one may go): a burst that ``current - 1`` replicas
-    would not carry even running full is expected within a start-up.
+    would not carry at ``headroom`` is expected within a start-up.
 
-    ``history`` is the work seen, in replicas' worth. Its excursions over ``current - 1`` are the
-    bursts that needed the last replica; the gaps between their starts say when the next is due. The replica
-    stays until the ``burst_quantile`` of those gaps (one start-up with a single burst seen) has
-    passed since the last one: a pod removed sooner is likely wanted back before a new one is ready.
+    ``history`` is the work seen, in replicas' worth. Its excursions over ``current - 1`` replicas at
+    the headroom the forecast is sized with are the bursts that needed the last replica: what one
+    replica carries is modelled from mean lengths and is optimistic for a mix's spread, so the replicas
+    left are held to the margin a scale-out would have given them, not run full. The gaps between the
+    bursts' starts say when the next is due. The replica stays until the ``burst_quantile`` of those
+    gaps (one start-up with a single burst seen) has passed since the last one: a pod removed sooner is
+    likely wanted back before a new one is ready.
     """
     if current <= 1:
         return ""
-    level = float(current - 1)
+    level = (current - 1) * cfg.headroom
     starts: list[float] = []
     last = None
     over_before = False
@@ -377,7 +381,7 @@ def scale_in_hold(
     if now - last >= hold:
         return ""
     return (
-        f"{now - last:.0f} s after work over {current - 1} replicas' worth; "
+        f"{now - last:.0f} s after work over {level:.3g} replicas' worth ({current - 1} at {cfg.headroom:g}); "
         f"next burst due within {hold:.0f} s ({len(starts)} bursts seen)"
     )
 

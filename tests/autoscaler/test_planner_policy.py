@@ -549,7 +549,10 @@ def test_scale_in_waits_for_the_gap_between_bursts_learned_from_them(profile_pat
     hold = scale_in_hold(bursts, 400, cfg, 4)
     assert "next burst due within 100 s (4 bursts seen)" in hold
     assert scale_in_hold(bursts, 400 + 100, cfg, 4) == ""  # a whole gap without one
-    assert scale_in_hold(bursts, 400, cfg, 5) == ""  # four replicas carry the bursts
+    # Four replicas carry 3.5 replicas' worth running full, but not at the headroom; five do.
+    assert cfg.headroom * 4 < 3.5 < cfg.headroom * 5
+    assert "work over 3.4 replicas' worth (4 at 0.85)" in scale_in_hold(bursts, 400, cfg, 5)
+    assert scale_in_hold(bursts, 400, cfg, 6) == ""
     one = ((0.0, 3.5), (5.0, 0.1))
     assert f"due within {cfg.lead_s:.0f} s (1 bursts seen)" in scale_in_hold(one, cfg.lead_s / 2, cfg, 4)
     assert scale_in_hold(one, 30, cfg, 1) == ""

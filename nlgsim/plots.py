@@ -23,7 +23,7 @@ from nlgsim.results import SLO, replicas_over_time, request_table  # noqa: E402
 from nlgsim.simulator import RunLog  # noqa: E402
 
 if TYPE_CHECKING:
-    from nlgsim.protocol_result import ProtocolResult
+    from nlgsim.protocol_result import ProtocolResult, Replicate
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -140,6 +140,8 @@ FAMILY_COLOURS = {"request": "#7f7f7f", "pertoken": "#1f77b4", "planner": "#d627
 #: The references (the lagged oracle, nlgsim/lagged.py): their own colour, and no front of settings.
 REFERENCE_COLOURS = dict.fromkeys(REFERENCES, "#8c564b")
 _COLOURS = {**FAMILY_COLOURS, **REFERENCE_COLOURS}
+#: Requests missed, under a policy's pods: no family's colour.
+MISSED_COLOUR = "#ff7f0e"
 
 
 def _colour(policy: str) -> str:
@@ -192,15 +194,33 @@ def replicas_small_multiples(
     title: str,
     end: float,
     oracle: tuple[Sequence[float], Sequence[int]] | None = None,
+    misses: Mapping[str, Sequence[int]] | None = None,
+    interval_s: float = 0.0,
 ) -> Path:
     """Pods billed over time, one panel per policy on a shared time axis, each with the oracle's replicas
     dashed where given. Each panel has its own count scale, from 0 to the most its policy or the oracle
-    reached: on one shared scale a policy that runs away to the maximum flattens every other panel."""
+    reached: on one shared scale a policy that runs away to the maximum flattens every other panel.
+
+    ``misses`` (per policy, requests missed in each ``interval_s`` from the start) are drawn as pale bars
+    on each panel's right-hand scale, shared by the panels: when a policy lost requests against when its
+    pods came."""
     names = list(series)
     fig, axes = plt.subplots(len(names), 1, figsize=(7.6, 1.1 * len(names) + 1.0), sharex=True)
     axes_list = [axes] if len(names) == 1 else list(axes)
     oracle_top = max(list(oracle[1]) if oracle else [1])
+    shown_misses = {n: list(misses[n]) for n in names if misses and misses.get(n)} if interval_s > 0 else {}
+    most_missed = max((max(m) for m in shown_misses.values()), default=0)
     for ax, name in zip(axes_list, names, strict=True):
+        if most_missed > 0 and name in shown_misses:
+            bars = ax.twinx()
+            lost = shown_misses[name]
+            left = [k * interval_s for k in range(len(lost))]
+            bars.bar(left, lost, width=interval_s, align="edge", color=MISSED_COLOUR, alpha=0.35, linewidth=0)
+            bars.set_ylim(0, most_missed * 1.1)
+            bars.yaxis.set_major_locator(MaxNLocator(nbins=2))
+            bars.tick_params(axis="y", labelsize=7, colors=MISSED_COLOUR)
+            ax.set_zorder(bars.get_zorder() + 1)  # the pods' line over the bars
+            ax.patch.set_visible(False)
         pts = list(series[name])
         t = [p[0] for p in pts] + [end]
         n = [p[1] for p in pts] + [pts[-1][1] if pts else 0]
@@ -214,7 +234,10 @@ def replicas_small_multiples(
         ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=4))
     axes_list[-1].set_xlabel("seconds from the start of the measured window")
     fig.supylabel("pods billed", fontsize=9)
-    fig.suptitle(title + (" (dashed: the oracle)" if oracle else ""), fontsize=10)
+    keys = ["dashed: the oracle"] if oracle else []
+    if most_missed:
+        keys.append(f"bars, right: requests missed per {interval_s:g} s")
+    fig.suptitle(title + (f" ({'; '.join(keys)})" if keys else ""), fontsize=10)
     return _save(fig, path)
 
 
@@ -368,12 +391,22 @@ def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     return replicas_small_multiples(shown, path, f"{title}: {rep.label}", end)
 
 
+def figure_window(result: ProtocolResult) -> Replicate:
+    """The window a trace's replica figure draws: where ``planner`` (the project's policy at its defaults)
+    meets the fewest of its feasible requests, the window that decides its row; without it, the window
+    whose oracle costs most."""
+    planner = {r.key.replicate: r.summary.attainment_feasible for r in result.runs if r.key.policy == "planner"}
+    if planner:
+        return min(result.replicates, key=lambda r: (planner.get(r.index, 1.0), r.index))
+    return max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
+
+
 def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
-    """The window whose oracle costs most: the planners, one HPA policy and the lagged oracles, each beside
-    the oracle."""
+    """The window of :func:`figure_window`: the planners, one HPA policy and the lagged oracles, each beside
+    the oracle, with the requests each missed."""
     orc = result.oracle
     assert orc is not None
-    rep = max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
+    rep = figure_window(result)
     in_rep = {r.key.policy: r for r in result.runs if r.key.replicate == rep.index}
     target = float(result.command["slo"]["target"])
     planners = [p for p in in_rep if family(p) == "planner"]
@@ -391,7 +424,10 @@ def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     i0 = int(round((rep.offset + rep.since) / orc.interval_s))
     orc_n = list(orc.replicas[i0 : i0 + int(math.ceil(length / orc.interval_s))])
     orc_t = [k * orc.interval_s for k in range(len(orc_n) + 1)]
-    return replicas_small_multiples(shown, path, f"{title}: {rep.label}", length, (orc_t, [*orc_n, orc_n[-1]]))
+    missed = {p: in_rep[p].missed for p in shown}
+    return replicas_small_multiples(
+        shown, path, f"{title}: {rep.label}", length, (orc_t, [*orc_n, orc_n[-1]]), missed, orc.interval_s
+    )
 
 
 def _front(result: ProtocolResult, path: Path, title: str) -> Path:

@@ -43,7 +43,7 @@ from nlgsim.lagged import OracleCounts
 from nlgsim.oracle import ORACLE_WARMUP_S, Mapper, oracle
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
-from nlgsim.results import summarize
+from nlgsim.results import summarize_with_misses
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.slo import SLO
 from nlgsim.workload import FleetScale, Request
@@ -212,8 +212,8 @@ def run_one(plan: Plan, key: RunKey, initial: int, oracle: OracleCounts | None =
     """One policy on one replicate; ``initial`` replicas while nothing is measured (``fixed:N``: N);
     ``oracle``: the trace's counts on the replicate's clock, which ``lagged:H`` replays."""
     log, since, until = simulate_one(plan, key, initial, oracle)
-    summary = summarize(log, plan.slo, key.policy, since=since, until=until)
-    return RunResult(key, summary, _timeline(log, since, until))
+    summary, missed = summarize_with_misses(log, plan.slo, key.policy, since=since, until=until)
+    return RunResult(key, summary, _timeline(log, since, until), missed)
 
 
 def simulate_one(

@@ -51,6 +51,9 @@ class RunResult:
     summary: Summary
     timeline: tuple[tuple[float, int], ...] = ()
     """Pods billed over the measured window: (seconds from its start, pods) at each change."""
+    missed: tuple[int, ...] = ()
+    """Feasible requests that missed the SLO in each interval of the SLO's ``interval_s``, from the
+    measured window's start."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,10 @@ class ProtocolResult:
     def from_json(cls, data: Mapping[str, Any]) -> ProtocolResult:
         runs = tuple(
             RunResult(
-                RunKey(**r["key"]), Summary(**r["summary"]), tuple((float(t), int(n)) for t, n in r["timeline"])
+                RunKey(**r["key"]),
+                Summary(**r["summary"]),
+                tuple((float(t), int(n)) for t, n in r["timeline"]),
+                tuple(int(k) for k in r.get("missed", ())),
             )
             for r in data["runs"]
         )

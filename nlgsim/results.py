@@ -154,6 +154,14 @@ def most_replicas(log: RunLog, since: float = 0.0, until: float | None = None) -
 def summarize(
     log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0, until: float | None = None
 ) -> Summary:
+    return summarize_with_misses(log, slo, name, since, until)[0]
+
+
+def summarize_with_misses(
+    log: RunLog, slo: SLO, name: str | None = None, since: float = 0.0, until: float | None = None
+) -> tuple[Summary, tuple[int, ...]]:
+    """:func:`summarize`, and the feasible requests that missed the SLO in each interval of
+    ``slo.interval_s`` from ``since``: when in the window a policy lost what it lost."""
     table = request_table(log)
     feasible = ~infeasible(log.scenario.profile, [s.request for s in log.states], slo)
     if since > 0 or until is not None:
@@ -169,7 +177,12 @@ def summarize(
     def pct(x: npt.NDArray[np.float64], q: float) -> float:
         return float(np.percentile(x, q)) if n else math.nan
 
-    return Summary(
+    lost = feasible & bad
+    bins = ((table.arrival[lost] - since) // slo.interval_s).astype(np.int64)
+    ends = table.arrival[-1:] if until is None else np.array([until - 1e-9])
+    count = int((ends[0] - since) // slo.interval_s) + 1 if n else 0
+    misses = tuple(int(k) for k in np.bincount(bins, minlength=count)) if n else ()
+    summary = Summary(
         name=name or log.scenario.name or (log.scenario.policy.name if log.scenario.policy else "fixed"),
         requests=n,
         violations={k: int(v.sum()) for k, v in missed.items()},
@@ -188,6 +201,7 @@ def summarize(
         attainment_feasible=1.0 - float((bad & feasible).sum()) / n_feasible if n_feasible else 1.0,
         intervals_below_target=int((per_interval < slo.target - 1e-12).sum()),
     )
+    return summary, misses
 
 
 def replicas_over_time(log: RunLog, step: float = 1.0) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.int64]]:

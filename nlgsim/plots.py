@@ -18,12 +18,20 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import FuncFormatter, MaxNLocator  # noqa: E402
 
 from nlgsim.oracle import OracleResult  # noqa: E402
-from nlgsim.protocol_tables import REFERENCES, Spread, by_policy, family, stat, window_ratios  # noqa: E402
+from nlgsim.protocol_tables import (  # noqa: E402
+    REFERENCES,
+    Spread,
+    by_policy,
+    family,
+    figure_window,
+    stat,
+    window_ratios,
+)
 from nlgsim.results import SLO, replicas_over_time, request_table  # noqa: E402
 from nlgsim.simulator import RunLog  # noqa: E402
 
 if TYPE_CHECKING:
-    from nlgsim.protocol_result import ProtocolResult, Replicate
+    from nlgsim.protocol_result import ProtocolResult
 
 
 def _save(fig: Figure, path: Path) -> Path:
@@ -237,7 +245,7 @@ def replicas_small_multiples(
     keys = ["dashed: the oracle"] if oracle else []
     if most_missed:
         keys.append(f"bars, right: requests missed per {interval_s:g} s")
-    fig.suptitle(title + (f" ({'; '.join(keys)})" if keys else ""), fontsize=10)
+    fig.suptitle(title + (f"\n({'; '.join(keys)})" if keys else ""), fontsize=10)
     return _save(fig, path)
 
 
@@ -391,16 +399,6 @@ def _thesis_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     return replicas_small_multiples(shown, path, f"{title}: {rep.label}", end)
 
 
-def figure_window(result: ProtocolResult) -> Replicate:
-    """The window a trace's replica figure draws: where ``planner`` (the project's policy at its defaults)
-    meets the fewest of its feasible requests, the window that decides its row; without it, the window
-    whose oracle costs most."""
-    planner = {r.key.replicate: r.summary.attainment_feasible for r in result.runs if r.key.policy == "planner"}
-    if planner:
-        return min(result.replicates, key=lambda r: (planner.get(r.index, 1.0), r.index))
-    return max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
-
-
 def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     """The window of :func:`figure_window`: the planners, one HPA policy and the lagged oracles, each beside
     the oracle, with the requests each missed."""
@@ -421,8 +419,7 @@ def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
     # The lagged oracle: the oracle's own counts, a start-up late and held (nlgsim/lagged.py).
     shown.update({p: in_rep[p].timeline for p in in_rep if family(p) in REFERENCES})
     length = (rep.until or 0.0) - rep.since
-    i0 = int(round((rep.offset + rep.since) / orc.interval_s))
-    orc_n = list(orc.replicas[i0 : i0 + int(math.ceil(length / orc.interval_s))])
+    orc_n = list(result.oracle_in(rep))
     orc_t = [k * orc.interval_s for k in range(len(orc_n) + 1)]
     missed = {p: in_rep[p].missed for p in shown}
     return replicas_small_multiples(

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -87,6 +88,16 @@ class ProtocolResult:
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+    def oracle_in(self, rep: Replicate) -> tuple[int, ...]:
+        """The oracle's replicas over ``rep``'s measured window, an interval each from its start (none
+        without an oracle)."""
+        orc = self.oracle
+        if orc is None:
+            return ()
+        length = (rep.until or 0.0) - rep.since
+        first = int(round((rep.offset + rep.since) / orc.interval_s))
+        return orc.replicas[first : first + int(math.ceil(length / orc.interval_s))]
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ProtocolResult:

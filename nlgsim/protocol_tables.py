@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from nlgsim.lagged import NAME as LAGGED
-from nlgsim.protocol_result import ProtocolResult
+from nlgsim.protocol_result import ProtocolResult, Replicate
 from nlgsim.results import Summary, format_table
 from nlgsim.sweep import pareto_front
 
@@ -192,6 +192,16 @@ def window_ratios(result: ProtocolResult, policy: str) -> tuple[Spread, Spread]:
         if rep.startup_bound_gpu_s:
             paid.append(run.summary.gpu_seconds / rep.startup_bound_gpu_s)
     return Spread.of(oracle), Spread.of(paid)
+
+
+def figure_window(result: ProtocolResult) -> Replicate:
+    """The window a trace's replica figure draws: where ``planner`` (the project's policy at its defaults)
+    meets the fewest of its feasible requests, the window that decides its row; without it, the window
+    whose oracle costs most."""
+    planner = {r.key.replicate: r.summary.attainment_feasible for r in result.runs if r.key.policy == "planner"}
+    if planner:
+        return min(result.replicates, key=lambda r: (planner.get(r.index, 1.0), r.index))
+    return max(result.replicates, key=lambda r: r.oracle_gpu_s or 0.0)
 
 
 def meets_target(s: Summary, target: float) -> bool:

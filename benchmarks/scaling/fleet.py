@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autoscaler.config import ScalerSpec
+from benchmarks.scaling import miss_timing
 from benchmarks.scaling.analysis import PolicyFigures, figures, range_text
 from benchmarks.scaling.experiments import FLEET, LONG_WINDOW, WINDOWS, experiment
 from nlgsim.experiment import policy_spec
@@ -447,6 +448,9 @@ def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     and table (``not run`` where the results lack it)."""
     out = {"fleet.summary": summary_table(results), "fleet.approaches": approaches_table(results)}
     out["fleet.lagged"] = lagged_lines(results)
+    not_met = [(t, s, k) for t, s, k in ROWS if k in results and not verdict(t, s, results[k])[0]]
+    out["fleet.miss_timing"] = miss_timing.lines(results, not_met)
+    out["check:fleet.misses_mostly_late"] = "true" if miss_timing.mostly_late(results, not_met) else "false"
     out["fleet.long_window"] = LONG_WINDOW
     out.update(long_window_values())
     out["fleet.window_findings"] = window_findings(results)

@@ -33,6 +33,7 @@ from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol import PROTOCOLS, Plan, run_plan
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
+from nlgsim.trace_rows import TIME_UNITS
 from nlgsim.workload import LENGTH_STRATEGIES, SCALE_JITTER_S, FleetScale
 
 
@@ -55,6 +56,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, help="seconds of workload (trace: a window of it)")
     p.add_argument("--start", type=float, default=0.0, help="trace: seconds to skip")
     p.add_argument("--speed", type=float, default=1.0, help="trace: replay this many times faster")
+    p.add_argument(
+        "--time-unit", choices=list(TIME_UNITS), default="s",
+        help="trace: what a numeric timestamp counts (Mooncake's traces: ms); ISO dates carry their own",
+    )  # fmt: skip
     p.add_argument(
         "--scale", type=int, default=1,
         help="trace: K times its rate, shape and bursts kept: each request replicated K times with a small "
@@ -193,6 +198,7 @@ def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpe
         lengths=args.lengths,
         ramp=args.ramp,
         scale=fleet_scale(args),
+        time_unit=args.time_unit,
     )
     return profile, workload, spec, loop, scrape, _slo(args)
 
@@ -253,6 +259,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         start=args.start,
         duration=args.duration,
         speed=args.speed,
+        time_unit=args.time_unit,
         scale=fleet_scale(args),
         loop_interval=loop,
         scrape_interval=scrape,

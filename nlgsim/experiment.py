@@ -64,6 +64,7 @@ def parse_workload(
     lengths: str = "refuse",
     ramp: float = 0.0,
     scale: FleetScale | None = None,
+    time_unit: str = "s",
 ) -> Workload:
     """``scale`` (a trace only) multiplies its rate: :class:`nlgsim.workload.FleetScale`."""
     kind, _, arg = text.partition(":")
@@ -86,8 +87,9 @@ def parse_workload(
         )
     if kind == "trace" and arg:
         trace = load_trace(
-            arg, LengthMap.parse(lengths, profile.max_context), start=start, duration=duration, speed=speed
-        )
+            arg, LengthMap.parse(lengths, profile.max_context), start=start, duration=duration, speed=speed,
+            time_unit=time_unit,
+        )  # fmt: skip
         requests = scale.apply(trace.requests)
         n = len(requests)
         span = requests[-1].arrival if requests else 0.0

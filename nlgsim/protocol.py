@@ -46,6 +46,7 @@ from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, Run
 from nlgsim.results import summarize_with_misses
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.slo import SLO
+from nlgsim.trace_rows import TIME_UNITS
 from nlgsim.workload import FleetScale, Request
 
 
@@ -104,6 +105,8 @@ class Plan:
     start: float = 0.0
     duration: float | None = None
     speed: float = 1.0
+    time_unit: str = "s"
+    """trace: what a numeric timestamp counts (:data:`nlgsim.trace_rows.TIME_UNITS`)."""
     scale: FleetScale = FleetScale()
     """trace: its rate times an integer, bursts kept (:class:`nlgsim.workload.FleetScale`)."""
     loop_interval: float = 5.0
@@ -126,6 +129,8 @@ class Plan:
             errors.append(f"--protocol trace replays a trace: --workload trace:PATH, not {self.workload!r}")
         if self.protocol == "thesis" and is_trace:
             errors.append("--protocol thesis draws Table 4.2 queries: --workload complex:RATE or simple:RATE")
+        if self.time_unit not in TIME_UNITS:
+            errors.append(f"--time-unit {self.time_unit!r}: use one of {', '.join(TIME_UNITS)}")
         if errors:
             raise ValueError("; ".join(errors))
 
@@ -143,7 +148,7 @@ def trace_requests(plan: Plan) -> list[Request]:
     from these)."""
     return parse_workload(
         plan.workload, _profile(plan.profile), start=plan.start, duration=plan.duration, speed=plan.speed,
-        lengths=plan.lengths, scale=plan.scale,
+        lengths=plan.lengths, scale=plan.scale, time_unit=plan.time_unit,
     ).requests  # fmt: skip
 
 
@@ -274,8 +279,8 @@ def _trace_replicates(
     profile = _profile(plan.profile)
     parsed = parse_workload(
         plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths,
-        scale=plan.scale,
-    )
+        scale=plan.scale, time_unit=plan.time_unit,
+    )  # fmt: skip
     trace = list(_trace_cached(plan))
     horizon = trace[-1].arrival if trace else 0.0
     length = window_length(plan, horizon)
@@ -347,5 +352,7 @@ def plan_json(plan: Plan) -> dict[str, Any]:
     data["scaler"] = to_dict(plan.scaler)
     if plan.scale.factor == 1:
         del data["scale"]  # the trace as recorded: the plans written before --scale existed read the same
+    if plan.time_unit == "s":
+        del data["time_unit"]  # likewise the plans written before --time-unit
     loaded: dict[str, Any] = json.loads(json.dumps(data))
     return loaded

@@ -3,24 +3,24 @@
 A request is an arrival time, a prompt length and one output length per choice. Two sources:
 
 * the thesis's Table 4.2 query types at a Poisson rate (``thesis_requests``);
-* a CSV trace with a timestamp, input tokens and output tokens per row (``load_trace``), such as the
+* a trace with a timestamp, input tokens and output tokens per row (``load_trace``), CSV such as the
   Azure LLM inference traces or BurstGPT (whose failed requests, logged with no output, are left out
-  and counted). A trace whose requests do not all fit the model's context is refused
+  and counted), or JSON lines such as Mooncake's. A trace whose requests do not all fit the model's context is refused
   unless a ``LengthMap`` names how to fit them (clip, scale or drop); the trace then reports what the
   mapping changed.
 """
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import numpy as np
+
+from nlgsim.trace_rows import read_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,31 +274,6 @@ class FleetScale:
         )
 
 
-TIME_COLUMNS = ("timestamp", "time", "arrival", "arrival_time", "ts")
-INPUT_COLUMNS = ("contexttokens", "input_tokens", "prompt_tokens", "input", "prompt", "request tokens", "input_length")
-OUTPUT_COLUMNS = (
-    "generatedtokens", "output_tokens", "generated_tokens", "output", "completion_tokens", "response tokens",
-    "output_length",
-)  # fmt: skip
-
-
-def _column(header: Sequence[str], names: Sequence[str], what: str, path: Path) -> int:
-    lowered = [h.strip().lower() for h in header]
-    for n in names:
-        if n in lowered:
-            return lowered.index(n)
-    raise ValueError(
-        f"{path}: no {what} column; name it one of {', '.join(names)} (found {', '.join(header)})"
-    )
-
-
-def _seconds(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        return datetime.fromisoformat(text.strip()).timestamp()
-
-
 def load_trace(
     path: str | Path,
     lengths: LengthMap | None = None,
@@ -306,34 +281,18 @@ def load_trace(
     start: float = 0.0,
     duration: float | None = None,
     speed: float = 1.0,
+    time_unit: str = "s",
 ) -> Trace:
-    """Read a CSV trace; keep rows in ``[start, start + duration)`` seconds after its first row.
+    """Read a trace (CSV or JSON lines, :mod:`nlgsim.trace_rows`); keep rows in ``[start, start + duration)``
+    seconds after its first row.
 
-    Timestamps are seconds (numbers) or ISO dates; rows may come in any order. ``speed`` divides
-    inter-arrival times (2.0 replays the trace twice as fast). Lengths go through ``lengths``.
+    Numeric timestamps count ``time_unit`` (``s``, ``ms`` or ``us``), or are ISO dates; rows may come in
+    any order. ``speed`` divides inter-arrival times (2.0 replays the trace twice as fast). Lengths go
+    through ``lengths``.
     """
     path = Path(path)
     lengths = lengths or LengthMap()
-    with path.open(newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header is None:
-            raise ValueError(
-                f"{path}: empty file; expected a header with timestamp, input and output columns"
-            )
-        ti = _column(header, TIME_COLUMNS, "timestamp", path)
-        ii = _column(header, INPUT_COLUMNS, "input-token", path)
-        oi = _column(header, OUTPUT_COLUMNS, "output-token", path)
-        rows = []
-        for lineno, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                rows.append((_seconds(row[ti]), int(row[ii]), int(row[oi])))
-            except (ValueError, IndexError) as e:
-                raise ValueError(f"{path}:{lineno}: cannot read {row!r} ({e})") from None
-            if rows[-1][1] < 0 or rows[-1][2] < 0:
-                raise ValueError(f"{path}:{lineno}: input and output tokens must be >= 0, got {row!r}")
+    rows = read_rows(path, time_unit)
     if speed <= 0 or not math.isfinite(speed):
         raise ValueError(f"speed = {speed}, must be a finite number > 0")
     rows.sort(key=lambda r: r[0])

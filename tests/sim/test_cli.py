@@ -169,6 +169,21 @@ def test_a_trace_longer_than_the_context_is_refused_until_a_mapping_is_named(pro
     assert "40 requests over" in capsys.readouterr().out
 
 
+def test_a_json_lines_trace_in_milliseconds_runs_and_a_bad_line_exits_2(profile_file, tmp_path, capsys):
+    trace = tmp_path / "mooncake.jsonl"
+    rows = [{"timestamp": 250 * i, "input_length": 200, "output_length": 20, "hash_ids": [i]} for i in range(40)]
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = ["run", "--profile", str(profile_file), "--workload", f"trace:{trace}", "--policy", "fixed:1"]
+    assert main([*args, "--time-unit", "ms"]) == 0
+    assert "40 requests over 10 s" in capsys.readouterr().out  # 39 gaps of 250 ms
+    assert main(args) == 0  # the same numbers read as seconds
+    assert "40 requests over 9750 s" in capsys.readouterr().out
+    trace.write_text(trace.read_text() + '{"timestamp": 1e4, "input_length": 5}\n')
+    assert main([*args, "--time-unit", "ms"]) == 2
+    err = capsys.readouterr().err
+    assert "mooncake.jsonl:41: no output-token key" in err and "Traceback" not in err
+
+
 def test_the_planner_settings_a_user_sets_are_what_the_simulated_planner_runs(profile_file, tmp_path, capsys):
     """``--set planner.headroom=...`` (as ``helm upgrade --set autoscaler.policy.planner.headroom``) reaches
     the simulated planner: a lower headroom plans more replicas for the same load."""

@@ -212,7 +212,7 @@ def test_a_negative_token_count_is_refused_with_its_line(tmp_path):
 
 
 def test_the_docs_name_every_column_a_trace_may_use():
-    from nlgsim.workload import INPUT_COLUMNS, OUTPUT_COLUMNS, TIME_COLUMNS
+    from nlgsim.trace_rows import INPUT_COLUMNS, OUTPUT_COLUMNS, TIME_COLUMNS
 
     row = next(
         line for line in (Path(__file__).parents[2] / "docs" / "simulator.md").read_text().splitlines()

@@ -344,8 +344,10 @@ def test_a_tail_over_the_slo_of_requests_that_waited_adds_a_pod_then_scales_in(p
     assert "with load (TTFT p99 1.5e+03 ms over the longest prompt's 1.04e+03 ms alone)" in p.reasons[-1]
     assert p.at(5, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=2)) == 3  # the third pod is starting
     assert "3 learned: the SLO missed at" in p.reasons[-1]
-    assert p.at(30, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=3)) == 4
-    remembered = [p.at(t, window(1, pods=p.state.replicas)) for t in range(35, int(30 + lookback), 5)]
+    # The 30 s window still holds the round at 5 s, when two served: its tail is theirs.
+    assert p.at(30, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=3)) == 3
+    assert p.at(36, window(1, pertoken_p99=0.2, ttft_p99=1.5, pods=3)) == 4  # three served all of it
+    remembered = [p.at(t, window(1, pods=p.state.replicas)) for t in range(41, int(30 + lookback), 5)]
     assert set(remembered) == {4}
     assert "4 learned: the SLO missed at" in p.reasons[-1]
     calm = [p.at(t, window(1, pods=p.state.replicas)) for t in range(int(30 + lookback), int(30 + lookback) + 400, 5)]
@@ -366,12 +368,14 @@ def test_slow_steps_count_as_load_and_one_request_waiting_does_not(profile_path)
 
 def test_instances_in_one_pod_count_as_replicas_for_the_tail(profile_path):
     """The Triton actuator: one pod, its instances the replicas. The tail of requests that waited adds
-    a third instance, waits while it loads, then adds a fourth, as it would pods."""
+    a third instance, waits while it loads and for a window served by three, then adds a fourth, as it
+    would pods."""
     p = Planner(spec_for(profile_path), 2)
     waited = {"pertoken_p99": 0.2, "ttft_p99": 1.5, "pods": 1}
     assert p.at(0, window(1, **waited, instances=2)) == 3
     assert p.at(5, window(1, **waited, instances=2)) == 3  # the third is loading
-    assert p.at(30, window(1, **waited, instances=3)) == 4
+    assert p.at(30, window(1, **waited, instances=3)) == 3  # the window holds the round at 5 s
+    assert p.at(36, window(1, **waited, instances=3)) == 4
     assert "with load (TTFT p99" in p.reasons[-1]
 
 

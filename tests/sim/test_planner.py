@@ -113,6 +113,18 @@ def test_a_tail_over_its_slo_with_slow_steps_adds_a_replica_even_if_the_model_sa
     assert p.at(5, window(0.5, p99_itl=0.06, p99_tok=0.08, pods=3)) == 4
 
 
+def test_a_tail_made_before_a_scale_up_asks_for_no_more_until_the_new_count_served_a_whole_window():
+    slow = {"p99_itl": 0.06, "p99_tok": 0.08}
+    p = Planner(3)
+    assert p.at(0, window(0.5, pods=3, **slow)) == 4
+    assert p.at(5, window(0.5, pods=3, **slow)) == 4  # the fourth is starting
+    # Four serve from 10 s on, but until 35 s the 30 s window still holds rounds where three served.
+    assert [p.at(t, window(0.5, pods=4, **slow)) for t in range(10, 35, 5)] == [4] * 5
+    assert {n for _, _, n in p.state.misses} == {4}  # three served those tails: four needed, not five
+    assert p.at(35, window(0.5, pods=4, **slow)) == 5  # now the tail is the four's
+    assert p.state.misses[-1][::2] == (35, 5)
+
+
 def test_requests_waiting_alone_are_not_load_for_the_tail():
     decision, _ = planner_decide(window(0.5, waiting=2, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 0.0, CFG)
     assert "over SLO, not load" in decision.reason

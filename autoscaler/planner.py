@@ -27,16 +27,16 @@ for a whole window, and a new pod still needs its start-up time. This policy ins
    (:func:`scale_in_hold`, from the gaps between the bursts seen) and the TTFT queue would still be
    met by one replica fewer at ``N / (N - 1)`` of the rate (:func:`queue_scale_in_hold`);
 7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
-   quantile is over what the SLO allows while every pod is ready and has served the whole window
-   (:func:`fewest_serving`), one replica more, but only when
+   quantile is over what the SLO allows while every pod is ready and the tail is theirs (requests
+   wait now, or they have served the whole window: :func:`tail_replicas`), one replica more, but only when
    the evidence says waiting or the batch made requests slow (:func:`load_evidence`: queue time,
    TTFT beyond what the longest prompt takes alone, slow steps, KV cache nearly full, demand per
    replica above capacity). Requests that miss the SLO even on an idle replica (long prompts, short
    outputs) keep the tail high whatever the replica count; adding pods for them would ratchet up and
    never scale in, so they are reported ("over SLO, not load") instead. A miss it takes as load is
    remembered over the burst lookback (:func:`learned_floor`): a plan at that work or more asks for one
-   replica more than the fewest that served the window, from the start of the next burst, where the capacity model (mean
-   lengths, arrivals as they come on average) is optimistic for the mix;
+   replica more than the fewest that served the window, from the start of the next burst, where the capacity
+   model (mean lengths, arrivals as they come on average) is optimistic for the mix;
 8. then the HPA steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
 
 Pure: ``decide(window, spec, state, now) -> (Decision, PlannerState)``, no I/O, no clock. The
@@ -148,7 +148,7 @@ class PlannerState:
     """The SLO misses the tail guard took as load, over the burst lookback: when, the work then, and one
     replica more than served it (:func:`learned_floor`)."""
     serving: tuple[tuple[float, int], ...] = ()
-    """The replicas serving at each round over the last window's span (:func:`fewest_serving`)."""
+    """The replicas serving at each round over the last window's span (:func:`tail_replicas`)."""
 
     @classmethod
     def initial(cls, replicas: int, now: float) -> PlannerState:
@@ -470,12 +470,13 @@ def learned_floor(misses: tuple[tuple[float, float, int], ...], level: float) ->
     return max(applies, default=(0, 0.0))
 
 
-def fewest_serving(served: tuple[tuple[float, int], ...]) -> int:
-    """The fewest replicas that served at any round of a window (``served``: each round's count, the
-    window's span back): its latencies were made by them too, so a tail over the SLO is evidence about
-    that many. Right after a scale-up the window still holds what fewer replicas served; taken as the
-    new count's, it would ask for one more again, and remember that count as too few."""
-    return min(n for _, n in served)
+def tail_replicas(served: tuple[tuple[float, int], ...], waiting: float) -> int:
+    """The replicas a window's tail is evidence about (``served``: the replicas serving at each round of
+    the window, the last now). While requests wait now, those serving now: the backlog is theirs to
+    clear. Otherwise the fewest that served at any round: right after a scale-up the window still holds
+    what fewer replicas served, and taken as the new count's, its tail would ask for one more again and
+    be remembered as the new count falling short."""
+    return served[-1][1] if waiting > 0 else min(n for _, n in served)
 
 
 def tail_guard(window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float) -> tuple[bool, str]:
@@ -540,15 +541,18 @@ def planner_decide(
     )
     add, tail = tail_guard(window, cfg, demand, per_replica)
     served = tuple((t, n) for t, n in state.serving if t > now - window.span) + ((now, serving_replicas(window)),)
-    fewest = fewest_serving(served)
+    accountable = tail_replicas(served, waiting)
     # Misses of earlier rounds only: this round's is the tail guard's to answer, with its evidence.
     remembered = tuple(m for m in state.misses if m[0] > now - cfg.lookback_s)
     learned, at = learned_floor(remembered, max(forecast, burst))
-    misses = remember_miss(state.misses, now, cfg, work, fewest, add)
+    # What is held for the burst lookback claims no more than the whole window shows: the fewest that
+    # served it fell short. Requests waiting now say the count serving now is short too, which one
+    # replica more answers; some wait in any burst, so they make no lasting lesson.
+    misses = remember_miss(state.misses, now, cfg, work, min(n for _, n in served), add)
     if learned > want:
         want = learned
         why += f"; {learned} learned: the SLO missed at {at:.3g} replicas' worth on {learned - 1}"
-    if tail and want <= current and fewest >= current:
+    if tail and want <= current and accountable >= current:
         want = current + 1 if add else want
         why += f"; {tail}"
     if want < current:

@@ -97,14 +97,21 @@ def conv_rows_met(results: Mapping[str, ProtocolResult]) -> bool:
     return bool(rows) and all(meets_goal(t, s, r, "planner") for t, s, r in rows)
 
 
-def default_window_alone(results: Mapping[str, ProtocolResult], windows: tuple[str, ...] = WINDOWS) -> bool:
-    """Whether the planner at its default window meets the goal on every `conv` row above the recorded
-    rate while no other window run there meets it on all of them."""
+def other_windows_meeting(results: Mapping[str, ProtocolResult], windows: tuple[str, ...] = WINDOWS) -> list[str]:
+    """The windows other than the default, run on every `conv` row above the recorded rate, that meet the
+    goal on all of them."""
     rows = _conv_above(results)
     ran = [p for p in windows if rows and all(p in by_policy(r) for _, _, r in rows)]
-    return conv_rows_met(results) and bool(ran) and not any(
-        all(meets_goal(t, s, r, p) for t, s, r in rows) for p in ran
-    )
+    return [p for p in ran if all(meets_goal(t, s, r, p) for t, s, r in rows)]
+
+
+def other_windows_text(results: Mapping[str, ProtocolResult], windows: tuple[str, ...] = WINDOWS) -> str:
+    """In words, which other windows meet both `conv` rows."""
+    others = other_windows_meeting(results, windows)
+    if not others:
+        return "no other window meets both"
+    names = ", ".join(f"`{p}`" for p in others[:-1]) + (" and " if len(others) > 1 else "") + f"`{others[-1]}`"
+    return f"{names} meet{'s' if len(others) == 1 else ''} both as well, so the rows do not turn on the window"
 
 
 def cheapest(
@@ -462,7 +469,7 @@ def values(results: Mapping[str, ProtocolResult]) -> dict[str, str]:
     out["fleet.startup_s"] = ", ".join(f"{x:g}" for x in sorted(startups)) or "-"
     out["check:fleet.conv_x10_slot_bound"] = str(slot_bound(results.get("trace-conv-h100-x10"))).lower()
     out["check:fleet.conv_rows_met"] = "true" if conv_rows_met(results) else "false"
-    out["check:fleet.default_window_alone"] = "true" if default_window_alone(results) else "false"
+    out["fleet.other_windows"] = other_windows_text(results)
     bracketed = all(best_fixed_bracketed(results[k]) for _, _, k in ROWS if k in results)
     out["check:fleet.best_fixed_bracketed"] = "true" if bracketed else "false"
     met = [verdict(t, s, results[k])[0] for t, s, k in ROWS if k in results]

@@ -66,7 +66,7 @@ def test_the_best_fixed_fleet_is_bracketed_only_where_one_replica_fewer_was_run_
     assert fleet.values(rows)["check:fleet.best_fixed_bracketed"] == "true"
 
 
-def test_the_conv_rows_are_met_as_the_prose_says_and_the_default_window_alone_meets_them():
+def test_the_conv_rows_are_met_as_the_prose_says_and_the_other_windows_meeting_them_are_named():
     # made() charges the start-up bound 1100 GPU-s: 1200 is 1.09x it, 1300 1.18x.
     def conv(planner: tuple[float, float], **windows: tuple[float, float]) -> ProtocolResult:
         runs = {"planner": planner, **{f"planner w{k[1:]}": v for k, v in windows.items()}}
@@ -75,18 +75,20 @@ def test_the_conv_rows_are_met_as_the_prose_says_and_the_default_window_alone_me
     met = conv((0.995, 1200.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))
     rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met}
     windows = ("planner w30", "planner w90")
-    assert fleet.conv_rows_met(rows) and fleet.default_window_alone(rows, windows)
+    assert fleet.conv_rows_met(rows) and fleet.other_windows_meeting(rows, windows) == []
+    assert fleet.other_windows_text(rows, windows) == "no other window meets both"
     over = conv((0.995, 1300.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # over the start-up goal
     assert not fleet.conv_rows_met({**rows, "trace-conv-h100-x30": over})
     under = conv((0.985, 1200.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # under the target
     assert not fleet.conv_rows_met({**rows, "trace-conv-h100-x10": under})
     assert not fleet.conv_rows_met({})  # no row run: no claim
-    # Another window meeting both rows too: the default is not alone.
-    also = conv((0.995, 1200.0), w30=(0.995, 1250.0), w90=(0.98, 1100.0))
-    assert not fleet.default_window_alone({"trace-conv-h100-x10": also, "trace-conv-h100-x30": also}, windows)
-    # Met on one row only by that window: still alone.
-    assert fleet.default_window_alone({"trace-conv-h100-x10": also, "trace-conv-h100-x30": met}, windows)
-    assert not fleet.default_window_alone(rows, ("planner w180",))  # no window run: no claim
+    # Another window meeting both rows too is named; met on one row only, it is not.
+    also = conv((0.995, 1200.0), w30=(0.995, 1250.0), w90=(0.995, 1100.0))
+    both = {"trace-conv-h100-x10": also, "trace-conv-h100-x30": also}
+    assert fleet.other_windows_meeting(both, windows) == ["planner w30", "planner w90"]
+    assert fleet.other_windows_text(both, windows).startswith("`planner w30` and `planner w90` meet both as well")
+    assert fleet.other_windows_meeting({"trace-conv-h100-x10": also, "trace-conv-h100-x30": met}, windows) == []
+    assert fleet.other_windows_meeting(rows, ("planner w180",)) == []  # no window run: none named
 
 
 def test_the_cheapest_of_this_project_leaves_out_the_anchors_and_fixed_fleets():

@@ -125,6 +125,16 @@ def test_a_tail_made_before_a_scale_up_asks_for_no_more_until_the_new_count_serv
     assert p.state.misses[-1][::2] == (35, 5)
 
 
+def test_requests_waiting_now_make_a_tail_the_new_counts_but_only_the_fewest_are_remembered_short():
+    slow = {"p99_itl": 0.06, "p99_tok": 0.08}
+    p = Planner(3)
+    assert p.at(0, window(0.5, pods=3, **slow)) == 4
+    assert p.at(5, window(0.5, pods=3, **slow)) == 4
+    # Four serve, and requests still wait: the backlog is the four's, so one more now.
+    assert p.at(10, window(0.5, pods=4, waiting=3, **slow)) == 5
+    assert p.state.misses[-1][::2] == (10, 4)  # but the window proves only that three fell short
+
+
 def test_requests_waiting_alone_are_not_load_for_the_tail():
     decision, _ = planner_decide(window(0.5, waiting=2, p99_tok=0.08, pods=3), SPEC, PlannerState(3), 0.0, CFG)
     assert "over SLO, not load" in decision.reason

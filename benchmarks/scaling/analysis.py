@@ -438,7 +438,7 @@ def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> d
         "families.t4.planner_not_always_cheaper": not _planner_cheaper(results["thesis-families"]),
         "families.t4cal.planner_cheapest_at_99": _planner_cheapest_at(results["thesis-cal-families"], 0.99),
         "families.t4cal.planner_always_cheaper": _planner_cheaper(results["thesis-cal-families"]),
-        "families.t4cal.fixed_cheaper": _fixed_cheaper(results["thesis-cal-families"], 0.99),
+        "families.t4cal.planner_under_fixed": _planner_under_fixed(results["thesis-cal-families"], 0.99),
         "issue12.t4.bound": _bound_above(results["thesis-tuning"], results["thesis-families"], "pertoken:20"),
     }
     return {f"check:{k}": "true" if v else "false" for k, v in checks.items()}
@@ -476,11 +476,12 @@ def _planner_cheapest_at(
     return all(rival is None or planner[1] < rival[1] for rival in rivals)
 
 
-def _fixed_cheaper(result: ProtocolResult, level: float) -> bool:
-    """A constant replica count reaches ``level`` for fewer GPU-seconds than any autoscaler's setting."""
+def _planner_under_fixed(result: ProtocolResult, level: float) -> bool:
+    """The planner's cheapest setting reaching ``level`` costs less than the cheapest constant count that
+    reaches it."""
     best = cheapest_at(result, level, feasible=False)
-    fixed = best.get("fixed")
-    return fixed is not None and all(v is None or v[1] > fixed[1] for f, v in best.items() if f != "fixed")
+    planner, fixed = best.get("planner"), best.get("fixed")
+    return planner is not None and fixed is not None and planner[1] < fixed[1]
 
 
 def _all_at_cap(result: ProtocolResult) -> bool:

@@ -109,7 +109,7 @@ def other_windows_text(results: Mapping[str, ProtocolResult], windows: tuple[str
     """In words, which other windows meet both `conv` rows."""
     others = other_windows_meeting(results, windows)
     if not others:
-        return "no other window meets both"
+        return "none meets both"
     names = ", ".join(f"`{p}`" for p in others[:-1]) + (" and " if len(others) > 1 else "") + f"`{others[-1]}`"
     return f"{names} meet{'s' if len(others) == 1 else ''} both as well, so the rows do not turn on the window"
 

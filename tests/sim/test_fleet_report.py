@@ -76,7 +76,7 @@ def test_the_conv_rows_are_met_as_the_prose_says_and_the_other_windows_meeting_t
     rows = {"trace-conv-h100-x10": met, "trace-conv-h100-x30": met}
     windows = ("planner w30", "planner w90")
     assert fleet.conv_rows_met(rows) and fleet.other_windows_meeting(rows, windows) == []
-    assert fleet.other_windows_text(rows, windows) == "no other window meets both"
+    assert fleet.other_windows_text(rows, windows) == "none meets both"
     over = conv((0.995, 1300.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # over the start-up goal
     assert not fleet.conv_rows_met({**rows, "trace-conv-h100-x30": over})
     under = conv((0.985, 1200.0), w30=(0.995, 1300.0), w90=(0.98, 1100.0))  # under the target

@@ -146,7 +146,7 @@ class PlannerState:
     events: tuple[tuple[float, int], ...] = ()
     misses: tuple[tuple[float, float, int], ...] = ()
     """The SLO misses the tail guard took as load, over the burst lookback: when, the work then, and one
-    replica more than served it (:func:`learned_floor`)."""
+    replica more than the fewest that served the window (:func:`learned_floor`)."""
     serving: tuple[tuple[float, int], ...] = ()
     """The replicas serving at each round over the last window's span (:func:`tail_replicas`)."""
 

@@ -132,8 +132,11 @@ def build(
     if not isinstance(data, Mapping):
         errors.append(f"{path or 'top level'} = {show(data)}: must be a mapping with keys {', '.join(fields)}")
         data = {}
+    retired: Mapping[str, str] = getattr(cls, "RETIRED_KEYS", {})
     for key in data:
-        if key not in fields:
+        if key in retired:
+            errors.append(f"{_join(path, key)}: no longer a key: {retired[key]}; remove it")
+        elif key not in fields:
             name = str(key) if isinstance(key, str) and len(key) <= 60 else show(key)
             close = difflib.get_close_matches(name, list(fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(fields)}"

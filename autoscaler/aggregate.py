@@ -95,17 +95,46 @@ Snapshot = Mapping[str, PodSample]
 
 @dataclass(frozen=True)
 class LatencyStats:
-    """Observations finished inside the window; seconds; ``mean`` and quantiles NaN when ``count == 0``."""
+    """Observations finished inside the window; seconds; ``mean`` and quantiles NaN when ``count == 0``.
+
+    ``buckets``: the window's cumulative ``(le, count)`` pairs they come from, for :meth:`share_over` (empty
+    where only a mean is known). Not part of the value: equality and ``repr`` ignore it.
+    """
 
     count: float
     mean: float
     p50: float
     p90: float
     p99: float
+    buckets: tuple[tuple[float, float], ...] = field(default=(), compare=False, repr=False)
 
     @classmethod
     def empty(cls) -> LatencyStats:
         return cls(0.0, math.nan, math.nan, math.nan, math.nan)
+
+    def share_over(self, limit: float) -> float:
+        """The share of the window's observations above ``limit`` s; NaN without buckets or observations.
+
+        Exact where ``limit`` is a bucket bound (the model puts bounds at the SLO's usual limits); inside a
+        bucket, interpolated linearly as ``histogram_quantile`` does, the first bucket starting at 0; above
+        the highest finite bound, what the ``+Inf`` bucket holds counts as over it.
+        """
+        pairs = self.buckets
+        if len(pairs) < 2 or pairs[-1][1] <= 0:
+            return math.nan
+        total = pairs[-1][1]
+        lower, below = 0.0, 0.0
+        for le, cumulative in pairs:
+            if limit <= le:
+                if math.isinf(le):
+                    within = below
+                elif le <= lower:
+                    within = cumulative
+                else:
+                    within = below + (cumulative - below) * (limit - lower) / (le - lower)
+                return max(total - within, 0.0) / total
+            lower, below = le, cumulative
+        return max(total - below, 0.0) / total
 
 
 @dataclass(frozen=True)
@@ -167,6 +196,7 @@ def latency_stats(buckets: Iterable[tuple[float, float]], total: float, count: f
         p50=quantile(0.5, pairs),
         p90=quantile(0.9, pairs),
         p99=quantile(0.99, pairs),
+        buckets=tuple(pairs),
     )
 
 

@@ -25,7 +25,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import yaml
 
@@ -111,13 +111,10 @@ class Signal:
 
 @dataclass(frozen=True)
 class PlannerSpec:
-    """The planner's inputs (``scaler.type: planner``): an engine profile, the SLO, the start-up time.
-
-    Latency limits in ms, durations in s. ``prompt_tokens`` and ``output_tokens`` (per choice) stand
-    in until the pods' counters have measured the mix; ``startup: 0`` takes the profile's ``startup_s``;
-    ``burst_lookback: 0`` takes ten start-ups (the burst level's history, and the SLO misses the planner
-    remembers, span many of them, whatever the hardware, so it is set in start-ups, not seconds fitted
-    to a trace).
+    """The planner's inputs (``scaler.type: planner``): an engine profile, the SLO, the start-up time, and
+    the one choice between cost and risk, ``headroom``: the share of the capacity the pods have shown that
+    each replica is planned to carry. Latency limits in ms, durations in s; ``startup: 0`` takes the
+    profile's ``startup_s``. Everything else the planner learns from the pods (docs/autoscaler.md).
     """
 
     profile: str = ""
@@ -125,27 +122,25 @@ class PlannerSpec:
     ttft_slo: float = 2000.0
     slo_percentile: float = 0.99
     startup: float = 0.0
-    plan_fraction: float = 0.6
     headroom: float = 0.85
-    trend_window: float = 60.0
-    drain_time: float = 20.0
-    kv_usage_high: float = 0.9
-    burst_lookback: float = 0.0
-    burst_quantile: float = 0.9
-    prompt_tokens: float = 256.0
-    output_tokens: float = 128.0
+
+    #: Keys the planner had before it learned capacity from the pods, and what replaced each.
+    RETIRED_KEYS: ClassVar[Mapping[str, str]] = {
+        **dict.fromkeys(
+            ("plan_fraction", "trend_window", "burst_lookback", "burst_quantile", "kv_usage_high"),
+            "the planner learns what a replica carries from the SLO's attainment (docs/autoscaler.md, 'The planner')",
+        ),
+        "drain_time": "requests waiting are drained over one start-up",
+        "prompt_tokens": "the pods' counters measure the mix",
+        "output_tokens": "the pods' counters measure the mix",
+    }
 
     def validate(self, path: str = "scaler.planner") -> list[str]:
         """Checks the numbers and reads the profile file, naming what is missing or bad in it."""
         errors = s.positive(f"{path}.per_token_slo", self.per_token_slo, MAX_TARGET)
         errors += s.positive(f"{path}.ttft_slo", self.ttft_slo, MAX_TARGET)
         errors += s.between(f"{path}.startup", self.startup, 0, MAX_DURATION)
-        errors += s.positive(f"{path}.trend_window", self.trend_window, MAX_DURATION)
-        errors += s.positive(f"{path}.drain_time", self.drain_time, MAX_DURATION)
-        errors += s.between(f"{path}.burst_lookback", self.burst_lookback, 0, MAX_DURATION)
-        errors += s.positive(f"{path}.prompt_tokens", self.prompt_tokens, MAX_TOKENS)
-        errors += s.positive(f"{path}.output_tokens", self.output_tokens, MAX_TOKENS)
-        for key in ("slo_percentile", "plan_fraction", "headroom", "kv_usage_high", "burst_quantile"):
+        for key in ("slo_percentile", "headroom"):
             value = getattr(self, key)
             if not 0 < value <= 1:
                 errors.append(f"{path}.{key} = {s.show(value)}: must be in (0, 1]")

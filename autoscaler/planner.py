@@ -1,46 +1,36 @@
-"""The planner (``scaler.type: planner``): replicas planned from the engine profile, ahead of demand.
+"""The planner (``scaler.type: planner``): replicas sized from the work arriving and the capacity the
+pods have shown, with the SLO's attainment as the feedback.
 
-HPA-style policies react to a latency that has already moved; by then the load has been too high
-for a whole window, and a new pod still needs its start-up time. This policy instead:
+Each round, from the window's statistics:
 
-1. measures demand in choices per second: choices that got their first token in the window
-   (``ttft`` count / span), plus the requests waiting in the pods drained over ``drain_s``;
-2. measures the mix from the pods' counters (:func:`observe_mix`): prompt tokens per finished
-   request, generated tokens per finished choice, choices per request; until a window has finished
-   requests it keeps the last measurement, and before the first one the configured lengths;
-3. converts demand into work, in replicas' worth: demand over what one replica carries within the
-   planned per-token latency for that mix (:func:`autoscaler.capacity.choices_per_second`), so that a
-   rate that rises as outputs shorten is not read as more load;
-4. forecasts work ``lead_s`` ahead (one pod start-up) from the trend of the last ``trend_window_s``
-   (at least two windows' spans, :func:`trend_span_s`), never below work now: a window's work is its
-   average, that of half a window ago, so the forecast reaches half a window further; the slope counts
-   only the rise its scatter does not explain (:func:`significant_slope`), and until the work seen spans
-   half the trend window (after a start or a restart) there is no trend, its slope being noise;
-5. takes the burst level (:func:`burst_level`): the ``burst_quantile`` of the peak work of each
-   start-up-long slot over the last ``burst_lookback_s``, what can arrive within one start-up;
-6. sizes for both (the larger count says which term set it): the forecast's replicas each at
-   ``headroom`` of what it carries, the burst level's at all of it (already a high quantile, it needs no
-   margin on top); and the TTFT of the replicas as an M/M/c queue of prefills, each request allowed
-   the wait its SLO leaves it (:func:`queue_replicas`: a short output's per-token limit leaves little);
-   it scales in only when no burst that needed the last replica (work over what one replica fewer
-   carries at ``headroom``) is due within a start-up
-   (:func:`scale_in_hold`, from the gaps between the bursts seen) and the TTFT queue would still be
-   met by one replica fewer at ``N / (N - 1)`` of the rate (:func:`queue_scale_in_hold`);
-7. guards the tail (:func:`tail_guard`): when the window's per-token latency or TTFT at the SLO's
-   quantile is over what the SLO allows while every pod is ready and the tail is theirs (requests
-   wait now, or they have served the whole window: :func:`tail_replicas`), one replica more, but only when
-   the evidence says waiting or the batch made requests slow (:func:`load_evidence`: queue time,
-   TTFT beyond what the longest prompt takes alone, slow steps, KV cache nearly full, demand per
-   replica above capacity). Requests that miss the SLO even on an idle replica (long prompts, short
-   outputs) keep the tail high whatever the replica count; adding pods for them would ratchet up and
-   never scale in, so they are reported ("over SLO, not load") instead. A miss it takes as load is
-   remembered over the burst lookback (:func:`learned_floor`): a plan at that work or more asks for one
-   replica more than the fewest that served the window, from the start of the next burst, where the capacity
-   model (mean lengths, arrivals as they come on average) is optimistic for the mix;
-8. then the HPA steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
+1. **Work** (:func:`measure_work`): demand in choices per second (those that got their first token in
+   the window, over its span, plus the requests waiting, drained over one start-up), over what one
+   replica carries at the SLO's per-token limit for the window's mix (prompt and output tokens, choices:
+   :func:`observe_mix`) according to the engine profile (:func:`autoscaler.capacity.choices_per_second`):
+   the work, in *profiled replicas' worth*.
+2. **Attainment** (:func:`miss_share`): the share of the window's choices over a limit the SLO names,
+   read from the latency histograms at the limits. The window is *short* (:func:`short_of_target`) when
+   its misses exceed what the target allows by more than chance gives for that many requests.
+3. **Capacity, learned** (:func:`capacity_factor`): the profile is only the prior. Each window says what
+   each replica carried within the SLO, in profiled replicas' worth (work per replica, less the share
+   missed): a window that met the target says a replica carries at least that, a short one at most that.
+   The planned capacity is the least "at most" remembered, never below the most "at least", and the
+   prior while nothing says otherwise.
+4. **Size** (:func:`plan`): the larger of the work now and the *burst floor* (the 90th percentile of the
+   peak work of each start-up-long slot remembered: what arrives within one start-up, which a pod asked
+   for then would not catch), over ``headroom`` of the learned capacity. The floor trades GPU-seconds for
+   attainment where bursts come faster than a start-up, and the reason says when it sets the count.
+5. **Steps judged by their effect** (:func:`judge_trial`): a scale-up that a short window asked for is a
+   trial. Once the new count has served a whole window, a trial that did not close half the gap between
+   the misses and the target did not help: the evidence that asked for it is withdrawn, the misses left
+   are remembered as misses more replicas do not fix (the target then allows them), and the count goes
+   back after the stabilization window. Requests that miss even on an idle replica (a long prompt before
+   a one-token output) or that arrive in clumps no count separates do not ratchet the fleet up.
+6. HPA's steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
 
-Pure: ``decide(window, spec, state, now) -> (Decision, PlannerState)``, no I/O, no clock. The
-simulator runs the same code (``nlgsim.planner``).
+Everything it remembers (the work seen, the capacity's evidence, misses more replicas did not fix) is
+forgotten after :data:`MEMORY_STARTUPS` start-ups. Pure: ``decide(window, spec, state, now) ->
+(Decision, PlannerState)``, no I/O, no clock. The simulator runs the same code.
 """
 
 from __future__ import annotations
@@ -50,47 +40,50 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from autoscaler.aggregate import WindowStats, nearest_rank
-from autoscaler.capacity import choices_per_second, exponential_lengths, slo_batch, step_estimate
+from autoscaler.capacity import choices_per_second
 from autoscaler.config import PlannerSpec, ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
 from autoscaler.profile import EngineProfile
 from autoscaler.slo import SLO
 
-#: ``burst_lookback: 0``: the burst level looks back this many start-ups, long enough to hold several
-#: gaps between bursts and short enough to let a quieter hour scale in.
-BURST_LOOKBACK_STARTUPS = 10
-
-#: Standard errors a trend's slope must exceed to count (about 95% one-sided for the few independent
-#: windows a trend window holds): the lead multiplies the slope, so a trend of noise would size the fleet.
-TREND_Z = 2.0
+#: What the planner remembers spans this many start-ups: long enough to hold several bursts and the
+#: gaps between them, short enough that a quieter hour or a changed mix is not planned by an old one.
+MEMORY_STARTUPS = 10
+#: The burst floor's quantile of the start-up-long slots' peaks: one outlier among the ten slots of the
+#: memory does not hold the fleet; a burst that recurs does.
+BURST_QUANTILE = 0.9
+#: Standard deviations of a binomial count of misses beyond what the target allows before a window is
+#: short (about 98% one-sided): a window of 100 requests at a 99% target is short from 4 misses, not 2.
+CHANCE_Z = 2.0
+#: One window cuts the learned capacity by at most this share: requests already late when a burst ends
+#: would otherwise read as a replica carrying almost nothing.
+MAX_CUT = 0.5
+#: The mix planned before the pods' counters have measured one (tokens of a prompt, of an output).
+DEFAULT_PROMPT_TOKENS = 256.0
+DEFAULT_OUTPUT_TOKENS = 128.0
 
 
 @dataclass(frozen=True)
 class PlannerConfig:
     profile: EngineProfile
-    per_token_target_s: float
-    """Planned per-token latency (the step estimate); the tail guard uses what ``slo`` allows."""
     slo: SLO
-    prompt_tokens: float
-    """Mean prompt tokens of a request, until the pods' counters have measured it."""
-    output_tokens: float
-    """Mean generated tokens of a choice, until the pods' counters have measured it."""
-    long_output_tokens: float
-    """A long choice's tokens (the p95): a request-latency limit spread over them is a per-token one."""
     lead_s: float
+    """One pod start-up (and a round): how long a pod asked for now takes to serve."""
     headroom: float = PlannerSpec.headroom
-    trend_window_s: float = PlannerSpec.trend_window
-    drain_s: float = PlannerSpec.drain_time
-    default_choices: float = 1.0
-    kv_usage_high: float = PlannerSpec.kv_usage_high
-    burst_lookback_s: float = PlannerSpec.burst_lookback
-    """How far back the burst level looks (:func:`burst_level`); 0: ``BURST_LOOKBACK_STARTUPS`` leads."""
-    burst_quantile: float = PlannerSpec.burst_quantile
-    """Quantile of the start-up-long slots' peak demands that the burst level takes."""
+    prompt_tokens: float = DEFAULT_PROMPT_TOKENS
+    """The mix until the pods' counters have measured one: mean prompt tokens of a request ..."""
+    output_tokens: float = DEFAULT_OUTPUT_TOKENS
+    """... and mean generated tokens of a choice."""
+    long_output_tokens: float = DEFAULT_OUTPUT_TOKENS
+    """A long choice's tokens: a request-latency limit spread over them is a per-token one."""
 
     @property
-    def lookback_s(self) -> float:
-        return self.burst_lookback_s or BURST_LOOKBACK_STARTUPS * self.lead_s
+    def memory_s(self) -> float:
+        return MEMORY_STARTUPS * self.lead_s
+
+    @property
+    def per_token_limit_s(self) -> float:
+        return self.slo.per_token_allowed(self.long_output_tokens)
 
 
 def planner_config(spec: PlannerSpec, profile: EngineProfile) -> PlannerConfig:
@@ -101,29 +94,7 @@ def planner_config(spec: PlannerSpec, profile: EngineProfile) -> PlannerConfig:
         attain=("pertoken", "ttft"),
         target=spec.slo_percentile,
     )
-    return PlannerConfig(
-        profile=profile,
-        per_token_target_s=slo.per_token_s * spec.plan_fraction,
-        slo=slo,
-        prompt_tokens=spec.prompt_tokens,
-        output_tokens=spec.output_tokens,
-        long_output_tokens=spec.output_tokens,
-        lead_s=spec.startup or profile.startup_s,
-        **sizing_settings(spec),
-    )
-
-
-def sizing_settings(spec: PlannerSpec) -> dict[str, float]:
-    """The ``scaler.planner`` keys that tune the sizing, as :class:`PlannerConfig` names them: what the
-    live planner and the simulator's (whose targets and lengths come from the workload) share."""
-    return {
-        "headroom": spec.headroom,
-        "trend_window_s": spec.trend_window,
-        "drain_s": spec.drain_time,
-        "kv_usage_high": spec.kv_usage_high,
-        "burst_lookback_s": spec.burst_lookback,
-        "burst_quantile": spec.burst_quantile,
-    }
+    return PlannerConfig(profile, slo, spec.startup or profile.startup_s, spec.headroom)
 
 
 @dataclass(frozen=True)
@@ -137,18 +108,35 @@ class Mix:
 
 
 @dataclass(frozen=True)
+class Trial:
+    """A scale-up a short window asked for, until a window served by its count says whether it helped."""
+
+    since: float
+    before: int
+    after: int
+    missed: float
+    """The share missed that asked for it."""
+    load: float
+    """Work per replica then, in profiled replicas' worth."""
+
+
+@dataclass(frozen=True)
 class PlannerState:
     replicas: int
     work: tuple[tuple[float, float], ...] = ()
-    """The work seen each round, in replicas' worth: the trend's, the burst level's and scale-in's history."""
+    """The work of each round, in profiled replicas' worth (the burst floor's history)."""
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
-    misses: tuple[tuple[float, float, int], ...] = ()
-    """The SLO misses the tail guard took as load, over the burst lookback: when, the work then, and one
-    replica more than the fewest that served the window (:func:`learned_floor`)."""
+    carried: tuple[tuple[float, float], ...] = ()
+    """Windows that met the target: when, and the work each replica carried (at least its capacity)."""
+    shortfalls: tuple[tuple[float, float], ...] = ()
+    """Short windows: when, and the work each replica carried within the SLO (at most its capacity)."""
+    unfixed: tuple[tuple[float, float], ...] = ()
+    """Trials that did not help: when, and the share missed beyond the target that they left."""
+    trial: Trial | None = None
     serving: tuple[tuple[float, int], ...] = ()
-    """The replicas serving at each round over the last window's span (:func:`tail_replicas`)."""
+    """The replicas serving at each round over the last window's span."""
 
     @classmethod
     def initial(cls, replicas: int, now: float) -> PlannerState:
@@ -160,55 +148,6 @@ class PlannerState:
         return replace(self, replicas=replicas)
 
 
-def _fit(points: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float]:
-    """Least squares of ``(t, value)`` points: the slope (0 where every t is the same), the means of t
-    and of the values, and the sum of squared deviations of t."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    slope = 0.0 if var == 0 else sum((t - mt) * (v - mv) for t, v in points) / var
-    return slope, mt, mv, var
-
-
-def trend(points: tuple[tuple[float, float], ...]) -> float:
-    """Least-squares slope of ``(t, value)`` points; 0 with fewer than 3 points."""
-    return _fit(points)[0] if len(points) >= 3 else 0.0
-
-
-def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> float:
-    """The least-squares slope less ``TREND_Z`` standard errors, or 0 when that is not positive: the
-    rise that the points' own scatter does not explain.
-
-    The points are window averages taken every round, so windows ``span`` long overlap and a minute of
-    them holds about two independent measurements, not twelve: the error counts one point per ``span``
-    of the time the points cover (at least one degree of freedom). A noisy flat load then has no trend,
-    while a steady ramp, whose points lie on a line, keeps its whole slope.
-    """
-    if len(points) < 3:
-        return 0.0
-    slope, mt, mv, var = _fit(points)
-    if slope <= 0:
-        return 0.0
-    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
-    independent = (points[-1][0] - points[0][0]) / span + 1.0
-    error = math.sqrt(residual / (var * max(independent - 2.0, 1.0)))
-    return max(slope - TREND_Z * error, 0.0)
-
-
-def trend_span_s(cfg: PlannerConfig, span: float) -> float:
-    """How far back the trend is fitted: ``trend_window_s``, and at least two windows of ``span`` s.
-
-    Each round's work is the average over the last ``span`` s, so points less than a span apart share
-    data. Over less than two spans every point overlaps every other: they lie close to a line whatever
-    the load did, their scatter understates the noise that :func:`significant_slope` tests the slope
-    against, and a slope of noise passes, which the lead then multiplies into replicas. Two spans hold
-    three windows that do not overlap (now, one span back, two back), the fewest a line's error can be
-    told from.
-    """
-    return max(cfg.trend_window_s, 2 * span)
-
-
 def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mix:
     """The window's mix when requests finished in it (the pods' counters), else the last one known.
 
@@ -216,7 +155,7 @@ def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mi
     tokens are counted at admission and generated tokens as they stream, so over a window each
     ratio is that of the requests that went through it.
     """
-    before = last or Mix(cfg.prompt_tokens, cfg.output_tokens, cfg.default_choices)
+    before = last or Mix(cfg.prompt_tokens, cfg.output_tokens, 1.0)
     requests = window.latency("request").count
     choices = max(window.latency("pertoken").count / requests, 1.0) if requests > 0 else before.choices
     finished = window.counters.get("finished", 0.0)
@@ -227,276 +166,93 @@ def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mi
     return Mix(max(prompt / finished, 1.0), max(generated / (finished * choices), 1.0), choices, True)
 
 
-def burst_level(
-    history: tuple[tuple[float, float], ...], now: float, lead_s: float, lookback_s: float, q: float
-) -> float:
-    """What can arrive within one start-up: the ``q`` quantile, over the start-up-long slots of the
-    last ``lookback_s`` (counted back from ``now``), of each slot's peak demand; 0 without history.
-
-    A pod asked for now serves from one start-up on, so the demand to plan for is the highest a
-    start-up's time brings, not the mean; the quantile over many slots keeps one outlier from
-    holding the fleet, and the slots' peaks keep bursts shorter than a slot from averaging away.
-    """
-    peaks: dict[int, float] = {}
-    for t, d in history:
-        if now - t < lookback_s:
-            slot = int((now - t) // lead_s)
-            peaks[slot] = max(peaks.get(slot, 0.0), d)
-    if not peaks:
-        return 0.0
-    return nearest_rank(q, sorted(peaks.values()))
-
-
-def erlang_c(servers: int, offered: float) -> float:
-    """Erlang C: the probability that an arrival waits, ``servers`` servers at ``offered`` erlangs."""
-    if offered <= 0:
-        return 0.0
-    if offered >= servers:
-        return 1.0
-    blocked = 1.0  # Erlang B by its recursion, which stays in [0, 1] for any number of servers
-    for k in range(1, servers + 1):
-        blocked = offered * blocked / (k + offered * blocked)
-    return servers * blocked / (servers - offered * (1 - blocked))
-
-
-def prefill_service_s(cfg: PlannerConfig, prompt: float, batch: int, tokens: float) -> float:
-    """Mean seconds a replica spends bringing one prompt to its first token while decoding ``batch``
-    sequences, in a mix whose mean prompt is ``prompt`` tokens (:func:`autoscaler.capacity.exponential_lengths`):
-    each prefill chunk shares a step with the batch's decode (chunked prefill)."""
-    profile = cfg.profile
-    decode = profile.decode_step_s(batch, prompt + tokens / 2)
-    lengths = exponential_lengths(profile, prompt)
-    each = (profile.prefill_time_s(n) + math.ceil(n / profile.prefill_chunk_tokens) * decode for n in lengths)
-    return sum(each) / len(lengths)
-
-
-def wait_budget_s(slo: SLO, tokens: int, step_s: float) -> float:
-    """The TTFT a choice of ``tokens`` tokens can take and still meet every limit ``slo`` names, its
-    other tokens coming one decode step (``step_s``) apart: the TTFT limit; the per-token latency,
-    which is the whole latency over the tokens, so a short output's is mostly its TTFT; the request
-    latency, less its decode."""
-    limits = []
-    if "ttft" in slo.attain:
-        limits.append(slo.ttft_s)
-    if "pertoken" in slo.attain:
-        limits.append(tokens * slo.per_token_s - (tokens - 1) * step_s)
-    if "request" in slo.attain:
-        limits.append(slo.request_s - (tokens - 1) * step_s)
-    return min(limits)
-
-
-def queue_replicas(cfg: PlannerConfig, rate: float, mix: Mix, limit: int) -> int:
-    """The fewest replicas (up to ``limit``) whose TTFT meets the SLO at ``rate`` requests a second.
-
-    Each replica prefills one prompt at a time, so the replicas are an M/M/c queue of prefills
-    (Erlang C): a request waits past ``w`` with probability ``C * exp(-(c / S - rate) * w)``, and its
-    TTFT is that wait plus its own prefill ``S``. What a request may wait is its TTFT budget
-    (:func:`wait_budget_s`) less ``S``, and that depends on its output: a choice of a few tokens has
-    little more than the per-token limit times its tokens for its first one. The pods measure only the
-    mean output, so the outputs are taken as exponential around it, as the prompts are
-    (:func:`autoscaler.capacity.exponential_lengths`); those with no wait to spare are infeasible and do
-    not count, as the SLO's attainment leaves them out. ``S`` and the decode steps after the first token
-    are those of the batch each of ``c`` replicas runs at its share of ``rate`` (:func:`running_batch`),
-    not of the fullest batch the per-token target allows: a lightly loaded replica steps fast. The
-    count is the fewest ``c`` whose probability of waiting past the budget, averaged over the outputs,
-    is within ``1 - target``.
-    """
-    if rate <= 0:
-        return 0
-    profile = cfg.profile
-    most = slo_batch(profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
-    # The outputs that meet the SLO alone on an idle replica (a batch of one); the others are infeasible.
-    lengths = exponential_lengths(profile, mix.output_tokens)
-    lightest = prefill_service_s(cfg, mix.prompt_tokens, 1, mix.output_tokens)
-    outputs = [k for k, slack in zip(lengths, _slacks(cfg, mix, 1, lightest, lengths), strict=True) if slack > 0]
-    if not outputs:
-        return 0  # the mix's requests miss the SLO even alone: no replica count helps them
-    allowed = (1 - cfg.slo.target) * len(outputs)
-    # Fewer replicas than the prefills' load at the lightest batch would saturate at any batch.
-    c = max(math.floor(rate * lightest), 0) + 1
-    while c < limit:
-        batch = running_batch(cfg, rate * mix.choices / c, mix, most)
-        service = prefill_service_s(cfg, mix.prompt_tokens, batch, mix.output_tokens)
-        if rate * service < c:
-            waits = erlang_c(c, rate * service)
-            decay = c / service - rate
-            # An output with no wait to spare at this batch misses whenever it waits at all.
-            slacks = _slacks(cfg, mix, batch, service, outputs)
-            missed = sum(math.exp(-decay * slack) if slack > 0 else 1.0 for slack in slacks)
-            if waits * missed <= allowed:
-                return c
-        c += 1
-    return limit
-
-
-def _slacks(cfg: PlannerConfig, mix: Mix, batch: int, service: float, outputs: list[int]) -> list[float]:
-    """What a choice of each of ``outputs`` tokens may wait beyond its prefill ``service`` on a replica
-    running ``batch``."""
-    step = step_estimate(cfg.profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
-    return [wait_budget_s(cfg.slo, k, step) - service for k in outputs]
-
-
-def running_batch(cfg: PlannerConfig, choices_per_s: float, mix: Mix, most: int) -> int:
-    """The sequences a replica runs at ``choices_per_s``: by Little's law, the rate times how long a
-    choice decodes, at the steps that batch makes (a few rounds of that fixed point), at most ``most``."""
-    batch = 1
-    for _ in range(8):
-        step = step_estimate(cfg.profile, batch, mix.prompt_tokens, mix.output_tokens, mix.choices)
-        nxt = min(max(math.ceil(choices_per_s * mix.output_tokens * step), 1), most)
-        if nxt == batch:
-            break
-        batch = nxt
-    return batch
-
-
-def scale_in_hold(
-    history: tuple[tuple[float, float], ...], now: float, cfg: PlannerConfig, current: int
-) -> str:  # fmt: skip
-    """Why ``current`` replicas must stay ("" when one may go): a burst that ``current - 1`` replicas
-    would not carry at ``headroom`` is expected within a start-up.
-
-    ``history`` is the work seen, in replicas' worth. Its excursions over ``current - 1`` replicas at
-    the headroom the forecast is sized with are the bursts that needed the last replica: what one
-    replica carries is modelled from mean lengths and is optimistic for a mix's spread, so the replicas
-    left are held to the margin a scale-out would have given them, not run full. The gaps between the
-    bursts' starts say when the next is due. The replica stays until the ``burst_quantile`` of those
-    gaps (one start-up with a single burst seen) has passed since the last one: a pod removed sooner is
-    likely wanted back before a new one is ready.
-    """
-    if current <= 1:
-        return ""
-    level = (current - 1) * cfg.headroom
-    starts: list[float] = []
-    last = None
-    over_before = False
-    for t, d in history:
-        over = d > level
-        if over and not over_before:
-            starts.append(t)
-        if over:
-            last = t
-        over_before = over
-    if last is None:
-        return ""
-    gaps = sorted(b - a for a, b in zip(starts, starts[1:], strict=False))
-    due = nearest_rank(cfg.burst_quantile, gaps) if gaps else 0.0
-    hold = max(due, cfg.lead_s)
-    if now - last >= hold:
-        return ""
-    return (
-        f"{now - last:.0f} s after work over {level:.3g} replicas' worth ({current - 1} at {cfg.headroom:g}); "
-        f"next burst due within {hold:.0f} s ({len(starts)} bursts seen)"
+def measure_work(window: WindowStats, cfg: PlannerConfig, mix: Mix) -> tuple[float, float, float]:
+    """Demand (choices/s), what one replica carries of this mix by the profile (choices/s), and the work
+    (their ratio: profiled replicas' worth). A rate that rises as outputs shorten is not more load."""
+    started = window.latency("ttft").count / window.span
+    demand = started + window.gauges.get("waiting", 0.0) * mix.choices / cfg.lead_s
+    per_replica = choices_per_second(
+        cfg.profile, cfg.per_token_limit_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )
+    return demand, per_replica, demand / per_replica
 
 
-def queue_scale_in_hold(cfg: PlannerConfig, rate: float, mix: Mix, current: int, limit: int) -> str:
-    """Why ``current`` replicas must stay for the first token ("" when one may go): the TTFT queue
-    (:func:`queue_replicas`) at ``current / (current - 1)`` times ``rate`` needs them all.
-
-    Near the count the queue asks for, its answer turns on small changes of the measured rate and mix:
-    a replica let go on one round is asked back on the next, and the requests between meet one replica
-    fewer for a whole start-up. Kept only while the remaining replicas would carry the load the one
-    leaving carries as well, a replica goes once the queue is clear of that margin."""
-    if current <= 1 or rate <= 0:
-        return ""
-    heavier = queue_replicas(cfg, rate * current / (current - 1), mix, limit)
-    if heavier < current:
-        return ""
-    return f"the TTFT queue at {current}/{current - 1} of the planned rate needs {heavier}"
+#: The latency histogram each limit of an SLO is read from, and the limit.
+_LIMITS: dict[str, tuple[str, Callable[[SLO], float]]] = {
+    "request": ("request", lambda slo: slo.request_s),
+    "ttft": ("ttft", lambda slo: slo.ttft_s),
+    "pertoken": ("pertoken", lambda slo: slo.per_token_s),
+}
 
 
-def longest_idle_ttft_s(profile: EngineProfile) -> float:
-    """TTFT of the longest prompt the model takes, alone on an idle replica: no request's TTFT is
-    longer unless it waited (behind other prefills or for a batch slot)."""
-    return profile.prefill_time_s(profile.max_context)
+def miss_share(window: WindowStats, slo: SLO) -> tuple[float, float]:
+    """The share of the window's choices over a limit ``slo`` names, and how many choices it is of (NaN
+    and 0 without observations). Over several limits the shares add up: a choice late on two counts is
+    counted twice, so this errs towards a miss, never away from one."""
+    total, count = 0.0, 0.0
+    for name in slo.attain:
+        family, limit = _LIMITS[name]
+        stats = window.latency(family)
+        share = stats.share_over(limit(slo))
+        if stats.count <= 0 or math.isnan(share):
+            continue
+        total += share
+        count = max(count, stats.count)
+    return (min(total, 1.0), count) if count > 0 else (math.nan, 0.0)
 
 
-def load_evidence(
-    window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float
-) -> list[str]:  # fmt: skip
-    """What says that waiting or batch size, not the requests themselves, made the tail slow.
-
-    A request the profile says is slow even alone (a long prompt with a one-token output) keeps the
-    per-token tail high at any replica count; it shows neither in the time requests waited nor in
-    the time between tokens. So the evidence is: time spent queued (Triton's queue histogram where
-    the pods export it), a TTFT tail longer than the longest prompt takes alone (only waiting makes
-    it so), a tail of inter-token latency over the per-token allowance (steps slowed by the batch),
-    a nearly full KV cache, or demand per replica over capacity. Requests waiting at one scrape are
-    not: in a burst some always are.
-    """
-    evidence = []
-    idle = longest_idle_ttft_s(cfg.profile)
-    queue = window.latency("queue")
-    if queue.count > 0 and math.isfinite(queue.p99) and queue.p99 > idle:
-        evidence.append(f"queue time p99 {queue.p99 * 1000:.3g} ms")
-    ttft = window.latency("ttft").p99
-    if math.isfinite(ttft) and ttft > idle:
-        evidence.append(f"TTFT p99 {ttft * 1000:.3g} ms over the longest prompt's {idle * 1000:.3g} ms alone")
-    itl = window.latency("itl").p99
-    allowed = cfg.slo.per_token_allowed(cfg.long_output_tokens)
-    if math.isfinite(itl) and itl > allowed:
-        evidence.append(f"inter-token p99 {itl * 1000:.3g} ms over {allowed * 1000:.3g} ms")
-    kv = window.gauges.get("kv_usage", 0.0)
-    if kv >= cfg.kv_usage_high:
-        evidence.append(f"KV cache {kv:.0%} used")
-    serving = serving_replicas(window)
-    if serving > 0 and demand / serving > per_replica:
-        evidence.append(f"demand {demand / serving:.3g}/s per replica over capacity {per_replica:.3g}/s")
-    return evidence
+def short_of_target(missed: float, count: float, allowed: float) -> bool:
+    """Whether ``missed`` of ``count`` choices exceeds the ``allowed`` share by more than chance: the
+    misses over ``allowed * count`` plus :data:`CHANCE_Z` binomial standard deviations."""
+    if math.isnan(missed) or count <= 0:
+        return False
+    expected = allowed * count
+    return missed * count > expected + CHANCE_Z * math.sqrt(expected * (1 - allowed)) + 1e-9
 
 
-def remember_miss(
-    misses: tuple[tuple[float, float, int], ...], now: float, cfg: PlannerConfig, work: float, serving: int, load: bool
-) -> tuple[tuple[float, float, int], ...]:  # fmt: skip
-    """The misses within the burst lookback, with this round's when the tail guard found load (``load``):
-    ``serving`` replicas missed the SLO at ``work``, so it needed one more at least."""
-    kept = tuple(m for m in misses if m[0] > now - cfg.lookback_s)
-    return kept + ((now, work, serving + 1),) if load and serving > 0 else kept
+def capacity_factor(
+    carried: tuple[tuple[float, float], ...], shortfalls: tuple[tuple[float, float], ...]
+) -> tuple[float, str]:  # fmt: skip
+    """What a replica carries within the SLO, as a multiple of the profile's figure, and why.
+
+    The least a short window showed (at most), not below the most a window meeting the target showed
+    (at least); the profile's 1 while no window says otherwise."""
+    most = max((g for _, g in carried), default=0.0)
+    least = min((g for _, g in shortfalls), default=math.inf)
+    lower = max(1.0, most)
+    if least < lower:
+        return max(least, most), f"{max(least, most):.2f}x the profile (a short window: at most {least:.3g})"
+    if most > 1.0:
+        return most, f"{most:.2f}x the profile (carried while meeting the target)"
+    return 1.0, "the profile's"
 
 
-def learned_floor(misses: tuple[tuple[float, float, int], ...], level: float) -> tuple[int, float]:
-    """The most replicas a remembered miss needed at a work no higher than ``level``, and that work
-    ((0, 0) when none applies).
-
-    The capacity model reads the mix's mean lengths and takes arrivals as they come on average; a mix
-    whose requests come in clumps, or whose short outputs after long prompts leave little time for the
-    first token, needs more replicas for the same work than it says. The tail guard finds that out one
-    replica at a time, and only while every replica serves; remembered, a miss sizes the next burst as
-    high from its start. A miss says only that one replica more was needed at that work, so it asks for
-    no more than that, and only at that work or above: a miss in a light window (one clump) holds no
-    count at a heavier one beyond what it showed, and none at a lighter one.
-    """
-    applies = [(n, w) for _, w, n in misses if w <= level]
-    return max(applies, default=(0, 0.0))
+def burst_level(history: tuple[tuple[float, float], ...], now: float, lead_s: float) -> float:
+    """What can arrive within one start-up: the :data:`BURST_QUANTILE` of the peak work of each start-up-long
+    slot of ``history`` (counted back from ``now``); 0 without history."""
+    peaks: dict[int, float] = {}
+    for t, w in history:
+        slot = int((now - t) // lead_s)
+        peaks[slot] = max(peaks.get(slot, 0.0), w)
+    return nearest_rank(BURST_QUANTILE, sorted(peaks.values())) if peaks else 0.0
 
 
-def tail_replicas(served: tuple[tuple[float, int], ...], waiting: float) -> int:
-    """The replicas a window's tail is evidence about (``served``: the replicas serving at each round of
-    the window, the last now). While requests wait now, those serving now: the backlog is theirs to
-    clear. Otherwise the fewest that served at any round: right after a scale-up the window still holds
-    what fewer replicas served, and taken as the new count's, its tail would ask for one more again and
-    be remembered as the new count falling short."""
-    return served[-1][1] if waiting > 0 else min(n for _, n in served)
+def plan(work: float, burst: float, capacity: float, headroom: float) -> tuple[int, str]:
+    """Replicas for the larger of ``work`` and the ``burst`` level, each replica at ``headroom`` of
+    ``capacity`` (profiled replicas' worth), and which of the two set it."""
+    per = capacity * headroom
+    by_work, by_burst = math.ceil(work / per - 1e-9), math.ceil(burst / per - 1e-9)
+    if by_burst > by_work:
+        return by_burst, f"the burst floor ({burst:.3g} within a start-up)"
+    return by_work, "the work"
 
 
-def tail_guard(window: WindowStats, cfg: PlannerConfig, demand: float, per_replica: float) -> tuple[bool, str]:
-    """Whether to add a replica for the tail, and what to say about it ("" when the tail is fine)."""
-    q = cfg.slo.window_quantile
-    limits = {
-        f"pertoken_{q}": (window.latency("pertoken"), cfg.slo.per_token_allowed(cfg.long_output_tokens)),
-        f"ttft_{q}": (window.latency("ttft"), cfg.slo.ttft_s),
-    }
-    over = []
-    for name, (stats, limit) in limits.items():
-        value = float(getattr(stats, q))
-        if math.isfinite(value) and value > limit:
-            over.append(f"{name} {value * 1000:.3g} ms > {limit * 1000:.3g} ms")
-    if not over:
-        return False, ""
-    evidence = load_evidence(window, cfg, demand, per_replica)
-    if evidence:
-        return True, f"{', '.join(over)} with load ({', '.join(evidence)})"
-    return False, f"{', '.join(over)}: over SLO, not load (no queueing, batch, KV or demand over capacity)"
+def judge_trial(trial: Trial, missed: float, short: bool, load: float, allowed: float) -> bool | None:
+    """Whether a trial helped, judged on a window its count served whole: True (met the target, or closed
+    at least half the gap), False (did not), None (cannot tell: more work per replica than before)."""
+    if not short or missed <= (trial.missed + allowed) / 2:
+        return True
+    return None if load > trial.load else False
 
 
 def planner_decide(
@@ -506,68 +262,60 @@ def planner_decide(
     if window.pods == 0 or window.span <= 0:
         held = bounds(current, spec)
         return Decision(held, current, held != current, f"no data; holding {current} replicas"), state
+    keep = now - cfg.memory_s
     mix = observe_mix(window, state.mix, cfg)
-    started = window.latency("ttft").count / window.span
-    waiting = window.gauges.get("waiting", 0.0)
-    demand = started + waiting * mix.choices / cfg.drain_s
-    per_replica = choices_per_second(
-        cfg.profile, cfg.per_token_target_s, mix.prompt_tokens, mix.output_tokens, mix.choices
-    )
-    # In replicas' worth of work: a rate that rises as the outputs shorten is not more load.
-    work = demand / per_replica
-    fitted = trend_span_s(cfg, window.span)
-    kept = max(fitted, cfg.lookback_s)
-    history = tuple((t, w) for t, w in state.work if t > now - kept) + ((now, work),)
-    recent = tuple((t, w) for t, w in history if t > now - fitted)
-    # The window's work is its average, which stands for its middle, span / 2 ago: the forecast
-    # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
-    # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
-    spanned = recent[-1][0] - recent[0][0] >= fitted / 2
-    slope = significant_slope(recent, window.span) if spanned else 0.0
-    forecast = max(work, work + slope * (cfg.lead_s + window.span / 2))
-    burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)
-    # The headroom keeps the forecast's replicas below full; the burst level is already a high quantile
-    # of the peaks, so its replicas may run full (at the planned per-token latency) while it lasts.
-    by_forecast = math.ceil(forecast / cfg.headroom) if forecast > 0 else 0
-    by_burst = math.ceil(burst) if burst > 0 else 0
-    throughput = max(by_forecast, by_burst)
-    planned = max(forecast, burst) * per_replica
-    queued = queue_replicas(cfg, planned / mix.choices, mix, spec.max_deployment_count)
-    want, term = (queued, "TTFT queue") if queued > throughput else (throughput, "throughput")
-    source = "burst" if by_burst > by_forecast else "forecast"
-    why = (
-        f"demand {demand:.3g}/s, {work:.3g} replicas' worth at {per_replica:.3g}/s each, planned "
-        f"{max(forecast, burst):.3g} ({source}); {want} by {term}"
-    )
-    add, tail = tail_guard(window, cfg, demand, per_replica)
+    demand, per_replica, work = measure_work(window, cfg, mix)
+    history = tuple((t, w) for t, w in state.work if t > keep) + ((now, work),)
     served = tuple((t, n) for t, n in state.serving if t > now - window.span) + ((now, serving_replicas(window)),)
-    accountable = tail_replicas(served, waiting)
-    # Misses of earlier rounds only: this round's is the tail guard's to answer, with its evidence.
-    remembered = tuple(m for m in state.misses if m[0] > now - cfg.lookback_s)
-    learned, at = learned_floor(remembered, max(forecast, burst))
-    # What is held for the burst lookback claims no more than the whole window shows: the fewest that
-    # served it fell short. Requests waiting now say the count serving now is short too, which one
-    # replica more answers; some wait in any burst, so they make no lasting lesson.
-    misses = remember_miss(state.misses, now, cfg, work, min(n for _, n in served), add)
-    if learned > want:
-        want = learned
-        why += f"; {learned} learned: the SLO missed at {at:.3g} replicas' worth on {learned - 1}"
-    if tail and want <= current and accountable >= current:
-        want = current + 1 if add else want
-        why += f"; {tail}"
-    if want < current:
-        hold = scale_in_hold(history, now, cfg, current)
-        hold = hold or queue_scale_in_hold(cfg, planned / mix.choices, mix, current, spec.max_deployment_count)
-        if hold:
-            want = current
-            why += f"; held: {hold}"
+    fewest, most = min(n for _, n in served), max(n for _, n in served)
+    carried = tuple(c for c in state.carried if c[0] > keep)
+    shortfalls = tuple(c for c in state.shortfalls if c[0] > keep)
+    unfixed = tuple(u for u in state.unfixed if u[0] > keep)
+    trial = state.trial if state.trial and state.trial.since > keep and current >= state.trial.after else None
+    target_misses = 1 - cfg.slo.target
+    floor = max((m for _, m in unfixed), default=0.0)
+    allowed = target_misses + floor
+    missed, count = miss_share(window, cfg.slo)
+    short = short_of_target(missed, count, allowed)
+    notes = []
+    learned = False
+    if trial is not None and fewest >= trial.after:
+        helped = judge_trial(trial, missed, short, work / fewest, allowed)
+        if helped is False:
+            shortfalls = tuple(c for c in shortfalls if c[0] < trial.since - window.span)
+            unfixed += ((now, missed - target_misses),)
+            floor = max(floor, missed - target_misses)
+            notes.append(
+                f"{trial.before} -> {trial.after} did not raise attainment ({1 - trial.missed:.2%} -> "
+                f"{1 - missed:.2%}): {floor:.2%} missed beyond the target taken as what more replicas do not fix"
+            )
+        trial = None
+    elif short and trial is None and fewest > 0:
+        cut = min(max(missed - floor, 0.0), MAX_CUT)
+        shortfalls += ((now, work / fewest * (1 - cut)),)
+        learned = True
+    if not short and not math.isnan(missed) and most > 0:
+        carried += ((now, work / most),)
+    capacity, why_capacity = capacity_factor(carried, shortfalls)
+    burst = burst_level(history, now, cfg.lead_s)
+    want, term = plan(work, burst, capacity, cfg.headroom)
+    if learned and want > current:
+        trial = Trial(now, current, want, missed, work / max(fewest, 1))
+    attained = "no requests finished" if math.isnan(missed) else f"attainment {1 - missed:.2%}"
+    why = (
+        f"demand {demand:.3g}/s, {work:.3g} profiled replicas' worth ({per_replica:.3g}/s each); capacity "
+        f"{why_capacity}; {want} by {term} at {cfg.headroom:g} of it; {attained} (target {cfg.slo.target:.2%}"
+        + (f", {floor:.2%} more allowed: misses more replicas did not fix" if floor > 0 else "")
+        + (", short" if short else "")
+        + ")"
+        + "".join(f"; {n}" for n in notes)
+    )
     stabilized, proposals = stabilize(state.proposals, want, current, now, spec.stabilization_window)
     limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
     desired = bounds(limited, spec)
     values = {
-        "demand": demand, "forecast": forecast, "burst": burst, "planned": planned, "per_replica": per_replica,
-        "forecast_replicas": by_forecast, "burst_replicas": by_burst, "throughput_replicas": throughput,
-        "queue_replicas": queued, "learned_replicas": learned,
+        "demand": demand, "work": work, "per_replica": per_replica, "capacity": capacity, "burst": burst,
+        "planned": capacity * per_replica, "missed": missed, "allowed": allowed,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile
@@ -576,7 +324,7 @@ def planner_decide(
         if math.isfinite(value):
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
-    new_state = PlannerState(desired, history, mix, proposals, events, misses, served)
+    new_state = PlannerState(desired, history, mix, proposals, events, carried, shortfalls, unfixed, trial, served)
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 
 

@@ -107,7 +107,7 @@ def measure_case(name: str, workload: str, profile_path: str) -> dict[str, Any]:
     output = sum(sum(r.output_tokens) for r in mix) / sum(r.choices for r in mix)
     choices = sum(r.choices for r in mix) / len(mix)
     spec = PlannerSpec()
-    planned_s = spec.per_token_slo / 1000 * spec.plan_fraction
+    planned_s = spec.per_token_slo / 1000
     model = choices_per_second(profile, planned_s, prompt, output, choices) / choices  # requests a second
     at_mean = choices_per_second(profile, planned_s, prompt, output, choices, spread=False) / choices
     carried, probes = highest_rate(profile, mix, 0.1 * model, 2.0 * model)

@@ -3,8 +3,7 @@
 This module owns turning the demo's options into an :class:`~autoscaler.config.AutoscalerConfig`:
 the direct scrape of Triton's metrics port, the Triton in-place actuator, the control loop's timing,
 and the policy ``--policy`` names (``pertoken`` on a threshold, or ``planner`` on an engine profile
-with the threshold as its per-token SLO, the load's mix as its first guess of the lengths, and a
-trend and a burst lookback as short as the demo's load).
+with the threshold as its per-token SLO).
 """
 
 from __future__ import annotations
@@ -24,16 +23,8 @@ from autoscaler.config import (
     ScalerSpec,
     SourceSpec,
 )
-from nlg_demo.load import mix_of
 
 MODEL = "gpt2"
-#: The demo's load lasts a minute or two; the planner's default trend (60 s) would barely see it start.
-TREND_WINDOW_S = 30.0
-#: The burst level's lookback, for the same reason: by default ten start-ups, which is minutes for a
-#: tritonserver starting on a busy CPU, it would hold the peak's instances past the end of the run.
-BURST_LOOKBACK_S = 30.0
-
-
 class Server(Protocol):
     """What the configuration needs of the running tritonserver."""
 
@@ -44,17 +35,9 @@ class Server(Protocol):
     def metrics_url(self) -> str: ...
 
 
-def planner_spec(args: argparse.Namespace, threshold: float, profile: Path) -> PlannerSpec:
-    """The planner's inputs: ``profile``, the threshold as the per-token SLO, the load's mean mix."""
-    mix = mix_of(args.complex)
-    return PlannerSpec(
-        profile=str(profile),
-        per_token_slo=threshold,
-        prompt_tokens=mix.prompt_tokens,
-        output_tokens=mix.output_tokens,
-        trend_window=TREND_WINDOW_S,
-        burst_lookback=BURST_LOOKBACK_S,
-    )
+def planner_spec(threshold: float, profile: Path) -> PlannerSpec:
+    """The planner's inputs: ``profile`` and the threshold as the per-token SLO."""
+    return PlannerSpec(profile=str(profile), per_token_slo=threshold)
 
 
 def demo_config(
@@ -66,7 +49,7 @@ def demo_config(
     if args.policy == "planner":
         if profile is None:
             raise SystemExit("nlg-demo: --policy planner needs an engine profile")
-        planner = planner_spec(args, threshold, profile)
+        planner = planner_spec(threshold, profile)
     config = AutoscalerConfig(
         model_id=MODEL,
         scaler=ScalerSpec(

@@ -242,8 +242,8 @@ def plan_profile(
     path.parent.mkdir(parents=True, exist_ok=True)
     served = served_profile(engine[0], overhead, startup_s, engine[1])
     if per_replica is not None:
-        spec = planner_spec(args, threshold, path)
-        served, _ = calibrated(served, per_replica, spec, mix_of(args.complex).choices)
+        spec = planner_spec(threshold, path)
+        served, _ = calibrated(served, per_replica, spec, mix_of(args.complex))
     served.save(path)
     return path, overhead
 

@@ -26,7 +26,7 @@ from autoscaler.capacity import choices_per_second
 from autoscaler.config import PlannerSpec
 from autoscaler.planner import planner_config
 from autoscaler.profile import EngineProfile
-from nlg_demo.load import LoadRecord
+from nlg_demo.load import LoadRecord, Mix
 
 SHIPPED: Final = Path(__file__).with_name("tiny-cpu-profile.json")
 #: Sweeps over the grid when measuring: the minimum over many survives other work on a shared machine.
@@ -136,16 +136,16 @@ def served_profile(engine: EngineProfile, overhead: Overhead, startup_s: float, 
 
 
 def calibrated(
-    served: EngineProfile, per_replica: float, spec: PlannerSpec, choices: float
+    served: EngineProfile, per_replica: float, spec: PlannerSpec, mix: Mix
 ) -> tuple[EngineProfile, float]:
     """``served`` with the decode-step overhead at which the planner counts ``per_replica`` choices per
-    second for one replica (the capacity measured here, where instances share the cores), and that
-    overhead in seconds. A profile that already counts no more is returned as it is, with 0."""
-    target_s = planner_config(spec, served).per_token_target_s
+    second for one replica of the load's ``mix`` (the capacity measured here, where instances share the
+    cores), and that overhead in seconds. A profile that already counts no more is returned as it is, with 0."""
+    target_s = planner_config(spec, served).per_token_limit_s
 
     def planned(extra_s: float) -> float:
         profile = served.with_overhead(step_s=extra_s)
-        return choices_per_second(profile, target_s, spec.prompt_tokens, spec.output_tokens, choices)
+        return choices_per_second(profile, target_s, mix.prompt_tokens, mix.output_tokens, mix.choices)
 
     if planned(0.0) <= per_replica:
         return served, 0.0

@@ -34,7 +34,7 @@ from nlgsim.protocol import PROTOCOLS, Plan, run_plan
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.trace_rows import TIME_UNITS
-from nlgsim.workload import LENGTH_STRATEGIES, SCALE_JITTER_S, FleetScale
+from nlgsim.workload import LENGTH_STRATEGIES, SCALE_JITTER_S, DayCurve, FleetScale
 
 
 def _map_lengths(p: argparse.ArgumentParser) -> None:
@@ -70,6 +70,19 @@ def _common(p: argparse.ArgumentParser) -> None:
         help=f"trace with --scale: each copy arrives up to this many s later, uniform (default {SCALE_JITTER_S:g})",
     )  # fmt: skip
     p.add_argument("--scale-seed", type=int, default=0, help="trace with --scale: the jitter's seed (default 0)")
+    p.add_argument(
+        "--day", metavar="LOW:HIGH",
+        help="trace: looped over --day-length s at a rate following a daily curve from LOW times its rate "
+        "(night) to HIGH times (noon), copies as --scale makes them (docs/simulator.md, 'Workload shapes')",
+    )  # fmt: skip
+    p.add_argument(
+        "--day-length", type=float, default=86_400.0,
+        help="trace with --day: seconds the day lasts (default 86400; less compresses the curve, not the trace)",
+    )  # fmt: skip
+    p.add_argument(
+        "--group", type=float, default=0.0, metavar="S",
+        help="trace: arrivals gathered into groups at one instant every S s (default 0: as recorded)",
+    )  # fmt: skip
     _map_lengths(p)
     p.add_argument("--seed", type=int, help="synthetic workloads' seed (default 0; thesis protocol: the first)")
     p.add_argument(
@@ -199,12 +212,26 @@ def _setup(args: argparse.Namespace) -> tuple[EngineProfile, Workload, ScalerSpe
         ramp=args.ramp,
         scale=fleet_scale(args),
         time_unit=args.time_unit,
+        group_s=args.group,
     )
     return profile, workload, spec, loop, scrape, _slo(args)
 
 
 def fleet_scale(args: argparse.Namespace) -> FleetScale:
-    return FleetScale(args.scale, args.scale_jitter, args.scale_seed)
+    return FleetScale(args.scale, args.scale_jitter, args.scale_seed, day_curve(args.day, args.day_length))
+
+
+def day_curve(text: str | None, length_s: float) -> DayCurve | None:
+    """``--day LOW:HIGH`` over ``--day-length`` s, or None without ``--day``."""
+    if text is None:
+        return None
+    low, sep, high = text.partition(":")
+    try:
+        return DayCurve(float(low), float(high), length_s) if sep else None
+    except ValueError as e:
+        if "--day" in str(e):
+            raise
+    raise ValueError(f"--day {text!r}: give LOW:HIGH, multiples of the trace's rate, e.g. --day 3:30")
 
 
 def _bar(desc: str) -> tqdm[Any]:
@@ -261,6 +288,7 @@ def plan_from_args(args: argparse.Namespace) -> Plan:
         speed=args.speed,
         time_unit=args.time_unit,
         scale=fleet_scale(args),
+        group_s=args.group,
         loop_interval=loop,
         scrape_interval=scrape,
         startup_s=args.startup,

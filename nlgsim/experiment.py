@@ -6,8 +6,9 @@ Workloads: ``simple:R`` or ``complex:R`` (Table 4.2 at R requests per second; ``
 replica's saturation rate for that query type), or ``trace:PATH`` (a CSV trace).
 
 Policies: ``request:T`` and ``pertoken:T`` (the live autoscaler's policy at threshold T ms), ``planner``
-or ``planner:F`` (the project's own, planning the per-token latency at F of what the SLO allows, as the
-live ``scaler.planner.plan_fraction``; default 0.6), ``fixed:N`` (N replicas, no autoscaler) and, in the
+or ``planner:H`` (the project's own, each replica planned at H of the capacity learned, as the live
+``scaler.planner.headroom``), ``planner-v1`` (:mod:`nlgsim.planner_v1`), ``fixed:N`` (N replicas, no
+autoscaler) and, in the
 trace protocol, the reference ``lagged:S`` (:mod:`nlgsim.lagged`: the oracle's counts held S seconds). Options
 after a space change the scaler's spec for that policy alone: ``wN`` its ``time_window`` and ``sN`` its
 ``stabilization_window``, in seconds (``pertoken:25 w60``, ``planner s600``). A run is named by its text
@@ -16,6 +17,7 @@ exactly as written.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -27,7 +29,9 @@ from nlgsim.anchors import ANCHORS
 from nlgsim.capacity import saturation_rate
 from nlgsim.lagged import NAME as LAGGED
 from nlgsim.lagged import OracleCounts, lagged_policy
-from nlgsim.planner import PlannerConfig, planner_policy, sizing_settings
+from nlgsim.planner import PlannerConfig, planner_policy
+from nlgsim.planner_v1 import NAME as PLANNER_V1
+from nlgsim.planner_v1 import planner_v1_policy
 from nlgsim.policy import Policy, hpa_policy
 from nlgsim.profile import EngineProfile
 from nlgsim.results import SLO
@@ -37,6 +41,7 @@ from nlgsim.workload import (
     LengthMap,
     MappingCounts,
     Request,
+    grouped,
     load_trace,
     thesis_requests,
 )
@@ -65,12 +70,16 @@ def parse_workload(
     ramp: float = 0.0,
     scale: FleetScale | None = None,
     time_unit: str = "s",
+    group_s: float = 0.0,
 ) -> Workload:
-    """``scale`` (a trace only) multiplies its rate: :class:`nlgsim.workload.FleetScale`."""
+    """``scale`` (a trace only) multiplies its rate: :class:`nlgsim.workload.FleetScale`; ``group_s`` gathers
+    a trace's arrivals into groups (:func:`nlgsim.workload.grouped`)."""
     kind, _, arg = text.partition(":")
     scale = scale or FleetScale()
-    if scale.factor != 1 and kind != "trace":
-        raise ValueError(f"--scale {scale.factor} applies to a trace (--workload trace:PATH), not {text!r}")
+    if (scale.factor != 1 or scale.day is not None or group_s) and kind != "trace":
+        raise ValueError(f"--scale, --day and --group apply to a trace (--workload trace:PATH), not {text!r}")
+    if not (math.isfinite(group_s) and group_s >= 0):
+        raise ValueError(f"--group {group_s!r}: must be a finite number of seconds >= 0 (0: arrivals as they are)")
     if kind in QUERY_TYPES:
         query = QUERY_TYPES[kind]
         if not arg:
@@ -90,14 +99,15 @@ def parse_workload(
             arg, LengthMap.parse(lengths, profile.max_context), start=start, duration=duration, speed=speed,
             time_unit=time_unit,
         )  # fmt: skip
-        requests = scale.apply(trace.requests)
+        requests = grouped(scale.apply(trace.requests), group_s)
         n = len(requests)
         span = requests[-1].arrival if requests else 0.0
+        groups = f", arrivals gathered at one instant every {group_s:g} s" if group_s else ""
         desc = (
-            f"trace {trace.name} {scale.describe()}: {n} requests over {span:.0f} s; lengths: {trace.mapping}: "
-            f"{trace.changes.describe()}"
+            f"trace {trace.name} {scale.describe()}{groups}: {n} requests over {span:.0f} s; lengths: "
+            f"{trace.mapping}: {trace.changes.describe()}"
         )
-        name = trace.name if scale.factor == 1 else f"{trace.name} x{scale.factor}"
+        name = f"{trace.name}{scale.label}" + (f" grouped {group_s:g} s" if group_s else "")
         return Workload(name, requests, desc, trace.mapping, trace.changes)
     raise ValueError(
         f"--workload {text!r}: use simple:RATE, complex:RATE (RATE in req/s or like 2.4x) or trace:PATH"
@@ -136,10 +146,10 @@ def planner_config(
     settings: PlannerSpec | None = None,
     **overrides: Any,
 ) -> PlannerConfig:
-    """The planner's settings for a workload: targets from the SLO (the per-token latency it allows the
-    p95 output, planned at ``plan_fraction`` of it), lead time from start-up, and the rest from the
-    scaler's ``planner`` settings (``settings``: the live defaults unless ``--set planner.KEY=...``), so
-    that what a user would set with ``helm upgrade --set autoscaler.policy.planner.KEY`` is what runs."""
+    """The planner's settings for a workload: the SLO the run is judged by, the lead time from the start-up
+    (and a round), the workload's mean lengths until the simulated pods' counters have measured them, and
+    ``headroom`` from the scaler's ``planner`` settings (``settings``: the live defaults unless ``--set
+    planner.headroom=...``), so that what a user would set with ``helm upgrade --set`` is what runs."""
     live = settings or PlannerSpec()
     prompt = sum(r.prompt_tokens for r in requests) / max(len(requests), 1)
     outputs = [n for r in requests for n in r.output_tokens]
@@ -148,13 +158,12 @@ def planner_config(
     long_output = sorted(outputs)[int(0.95 * (len(outputs) - 1))] if outputs else 1.0
     cfg = PlannerConfig(
         profile=profile,
-        per_token_target_s=slo.per_token_allowed(long_output) * live.plan_fraction,
         slo=slo,
+        lead_s=(live.startup or startup) + loop_interval,
+        headroom=live.headroom,
         prompt_tokens=prompt,
         output_tokens=output,
         long_output_tokens=long_output,
-        lead_s=(live.startup or startup) + loop_interval,
-        **sizing_settings(live),
     )
     return replace(cfg, **overrides)
 
@@ -197,13 +206,18 @@ def build_policy(
             raise ValueError(f"--policy {text!r}: give a threshold in ms, e.g. {kind}:25")
         spec = parse_scaler({**to_dict(spec), "type": kind, "threshold": _number(arg, f"--policy {text!r}")})
         return hpa_policy(spec, text, planner.profile if planner else None), max(spec.min_deployment_count, 1)
-    if kind == "planner":
+    if kind in ("planner", PLANNER_V1):
         if planner is None:
-            raise ValueError("--policy planner needs the planner's settings")
+            raise ValueError(f"--policy {kind} needs the planner's settings")
+        if kind == PLANNER_V1:
+            if arg:
+                raise ValueError(f"--policy {text!r}: {PLANNER_V1} runs at the settings it shipped with")
+            return planner_v1_policy(spec, planner, text), max(spec.min_deployment_count, 1)
         if arg:
-            fraction = _number(arg, f"--policy {text!r}: the plan fraction")
-            allowed = planner.slo.per_token_allowed(planner.long_output_tokens)
-            planner = replace(planner, per_token_target_s=allowed * fraction)
+            headroom = _number(arg, f"--policy {text!r}: the headroom")
+            if headroom > 1:
+                raise ValueError(f"--policy {text!r}: the headroom is a share of the capacity, in (0, 1]")
+            planner = replace(planner, headroom=headroom)
         return planner_policy(spec, planner, text), max(spec.min_deployment_count, 1)
     if kind in ANCHORS and not arg:
         return ANCHORS[kind](spec, text, planner), max(spec.min_deployment_count, 1)
@@ -219,6 +233,6 @@ def build_policy(
             raise ValueError(f"--policy {text!r}: give a replica count >= 1, e.g. fixed:3")
         return None, int(arg)
     raise ValueError(
-        f"--policy {text!r}: use request:MS, pertoken:MS, planner[:F], fixed:N, lagged:S (--protocol trace) or an "
-        f"anchor: {', '.join(ANCHORS)}"
+        f"--policy {text!r}: use request:MS, pertoken:MS, planner[:H], planner-v1, fixed:N, lagged:S (--protocol "
+        f"trace) or an anchor: {', '.join(ANCHORS)}"
     )

@@ -7,40 +7,7 @@ measured them, and the lead time from the profile's start-up.
 
 from __future__ import annotations
 
-from autoscaler.planner import (
-    Mix,
-    PlannerConfig,
-    PlannerState,
-    burst_level,
-    erlang_c,
-    learned_floor,
-    load_evidence,
-    observe_mix,
-    planner_decide,
-    queue_replicas,
-    remember_miss,
-    scale_in_hold,
-    sizing_settings,
-    tail_guard,
-    trend,
-)
+from autoscaler.planner import Mix, PlannerConfig, PlannerState, Trial, observe_mix, planner_decide
 from autoscaler.policy import planner_policy
 
-__all__ = [
-    "Mix",
-    "PlannerConfig",
-    "PlannerState",
-    "burst_level",
-    "erlang_c",
-    "learned_floor",
-    "load_evidence",
-    "observe_mix",
-    "planner_decide",
-    "planner_policy",
-    "queue_replicas",
-    "remember_miss",
-    "scale_in_hold",
-    "sizing_settings",
-    "tail_guard",
-    "trend",
-]
+__all__ = ["Mix", "PlannerConfig", "PlannerState", "Trial", "observe_mix", "planner_decide", "planner_policy"]

@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -108,7 +108,9 @@ class Plan:
     time_unit: str = "s"
     """trace: what a numeric timestamp counts (:data:`nlgsim.trace_rows.TIME_UNITS`)."""
     scale: FleetScale = FleetScale()
-    """trace: its rate times an integer, bursts kept (:class:`nlgsim.workload.FleetScale`)."""
+    """trace: its rate times an integer, or over a day, bursts kept (:class:`nlgsim.workload.FleetScale`)."""
+    group_s: float = 0.0
+    """trace: arrivals gathered at one instant every this many s (:func:`nlgsim.workload.grouped`)."""
     loop_interval: float = 5.0
     scrape_interval: float = 5.0
     startup_s: float | None = None
@@ -148,7 +150,7 @@ def trace_requests(plan: Plan) -> list[Request]:
     from these)."""
     return parse_workload(
         plan.workload, _profile(plan.profile), start=plan.start, duration=plan.duration, speed=plan.speed,
-        lengths=plan.lengths, scale=plan.scale, time_unit=plan.time_unit,
+        lengths=plan.lengths, scale=plan.scale, time_unit=plan.time_unit, group_s=plan.group_s,
     ).requests  # fmt: skip
 
 
@@ -279,7 +281,7 @@ def _trace_replicates(
     profile = _profile(plan.profile)
     parsed = parse_workload(
         plan.workload, profile, start=plan.start, duration=plan.duration, speed=plan.speed, lengths=plan.lengths,
-        scale=plan.scale, time_unit=plan.time_unit,
+        scale=plan.scale, time_unit=plan.time_unit, group_s=plan.group_s,
     )  # fmt: skip
     trace = list(_trace_cached(plan))
     horizon = trace[-1].arrival if trace else 0.0
@@ -322,6 +324,14 @@ def run_plan(plan: Plan, workers: int = 1, progress: Callable[[str], None] | Non
 
 def _run_plan(plan: Plan, workers: int, map_: Mapper, progress: Callable[[str], None] | None) -> ProtocolResult:
     say = progress or (lambda _: None)
+    prepared = prepare(plan, map_, say)
+    say(f"{len(prepared.replicates) * len(plan.policies)} runs on {workers} worker(s)")
+    return with_runs(prepared, plan, plan.policies, map_)
+
+
+def prepare(plan: Plan, map_: Mapper = map, say: Callable[[str], None] = lambda _: None) -> ProtocolResult:
+    """The protocol's result before any run: its replicates, and the oracle where the protocol needs it;
+    :func:`with_runs` adds runs, as many times as wanted, without computing these again."""
     profile = _profile(plan.profile)
     orc: OracleSummary | None = None
     changes: dict[str, int] = {}
@@ -329,29 +339,38 @@ def _run_plan(plan: Plan, workers: int, map_: Mapper, progress: Callable[[str], 
         workload, reps, everything = _thesis_replicates(plan)
     else:
         workload, reps, everything, orc, changes = _trace_replicates(plan, map_, say)
-    tasks = [(plan, RunKey(p, r.index), r.initial, _counts(orc, r)) for r in reps for p in plan.policies]
-    say(f"{len(tasks)} runs on {workers} worker(s)")
-    runs = list(map_(_run_task, tasks))
     return ProtocolResult(
         protocol=plan.protocol,
-        command=plan_json(plan),
+        command={**plan_json(plan), "policies": []},
         profile=f"{profile.preset} {profile.dtype} on {profile.hardware} ({profile.source})",
         workload=workload,
         slo=plan.slo.statement(),
         feasibility=feasibility(profile, everything, plan.slo).describe(),
         replicates=tuple(reps),
-        runs=tuple(runs),
+        runs=(),
         oracle=orc,
         mapping_changes=changes,
     )
+
+
+def with_runs(result: ProtocolResult, plan: Plan, policies: Sequence[str], map_: Mapper = map) -> ProtocolResult:
+    """``result`` (of :func:`prepare`, or of an earlier call) with ``policies`` run on each of its replicates."""
+    orc = result.oracle
+    tasks = [(plan, RunKey(p, r.index), r.initial, _counts(orc, r)) for r in result.replicates for p in policies]
+    command = {**result.command, "policies": [*result.command["policies"], *policies]}
+    return replace(result, command=command, runs=(*result.runs, *map_(_run_task, tasks)))
 
 
 def plan_json(plan: Plan) -> dict[str, Any]:
     """The plan as JSON reads it back (lists, not tuples), so a result compares equal to its file."""
     data = asdict(plan)
     data["scaler"] = to_dict(plan.scaler)
-    if plan.scale.factor == 1:
+    if plan.scale.day is None:
+        del data["scale"]["day"]  # likewise the plans written before --day
+    if plan.scale.factor == 1 and plan.scale.day is None:
         del data["scale"]  # the trace as recorded: the plans written before --scale existed read the same
+    if not plan.group_s:
+        del data["group_s"]  # likewise the plans written before --group
     if plan.time_unit == "s":
         del data["time_unit"]  # likewise the plans written before --time-unit
     loaded: dict[str, Any] = json.loads(json.dumps(data))

@@ -227,10 +227,60 @@ SCALE_JITTER_S = 2.0
 
 
 @dataclass(frozen=True)
+class DayCurve:
+    """A trace replayed for ``length_s`` seconds, looped, at a rate that follows a daily curve: ``low``
+    times the trace's at the start (night), rising smoothly to ``high`` times at half the length (noon),
+    back to ``low`` at the end; a cosine, the smooth curve with one trough and one peak a day.
+
+    ``length_s`` below a day's 86,400 s compresses the curve, not the trace: the trace keeps its own
+    seconds (its bursts and lulls), only the slow swing of its rate passes faster, so a simulated day
+    costs hours of replay instead of 24.
+    """
+
+    low: float
+    high: float
+    length_s: float = 86_400.0
+
+    def __post_init__(self) -> None:
+        ok = all(math.isfinite(v) for v in (self.low, self.high, self.length_s))
+        if not (ok and 0 < self.low <= self.high and self.length_s > 0):
+            raise ValueError(
+                f"--day {self.low:g}:{self.high:g} over --day-length {self.length_s:g}: want 0 < LOW <= HIGH "
+                "(times the trace's rate) and a length > 0 s"
+            )
+
+    def factor(self, t: float) -> float:
+        """The rate's multiple at ``t`` s into the day."""
+        return self.low + (self.high - self.low) * (1 - math.cos(2 * math.pi * t / self.length_s)) / 2
+
+    def looped(self, requests: Sequence[Request]) -> list[Request]:
+        """``requests`` repeated back to back until ``length_s``, each pass one trace span later."""
+        if not requests:
+            return []
+        period = math.ceil(requests[-1].arrival + 1e-9)
+        out: list[Request] = []
+        for k in range(math.ceil(self.length_s / period)):
+            for r in requests:
+                t = r.arrival + k * period
+                if t < self.length_s:
+                    out.append(Request(len(out), t, r.prompt_tokens, r.output_tokens))
+        return out
+
+    def describe(self) -> str:
+        hours = self.length_s / 3600
+        return (
+            f"looped over a day of {hours:g} h at x{self.low:g} (night) to x{self.high:g} (noon) its rate, "
+            "a cosine"
+        )
+
+
+@dataclass(frozen=True)
 class FleetScale:
     """A trace at ``factor`` times its rate with its shape and bursts kept: every request is replicated
     ``factor`` times, each copy arriving ``U(0, jitter_s)`` seconds after the original (uniform, drawn
-    from ``random.Random(seed)`` in trace order), lengths unchanged.
+    from ``random.Random(seed)`` in trace order), lengths unchanged. With a ``day``
+    (:class:`DayCurve`), the trace is looped over the day and each request is replicated the day's
+    factor at its arrival: its whole part, and one copy more with the fractional part's probability.
 
     Why this way: a copy per request keeps each second's demand at K times the trace's, so a burst
     stays a burst of the same length and the gaps stay gaps. Superposing K copies shifted by random
@@ -242,6 +292,7 @@ class FleetScale:
     factor: int = 1
     jitter_s: float = SCALE_JITTER_S
     seed: int = 0
+    day: DayCurve | None = None
 
     def __post_init__(self) -> None:
         errors = []
@@ -249,29 +300,54 @@ class FleetScale:
             errors.append(f"--scale {self.factor!r}: must be a whole number >= 1 (the trace's rate times it)")
         if not (math.isfinite(self.jitter_s) and self.jitter_s >= 0):
             errors.append(f"--scale-jitter {self.jitter_s!r}: must be a finite number of seconds >= 0")
+        if self.day is not None and self.factor != 1:
+            errors.append(f"--scale {self.factor} with --day: the day's curve sets the rate; give one of them")
         if errors:
             raise ValueError("; ".join(errors))
 
     def apply(self, requests: Sequence[Request]) -> list[Request]:
         """The scaled requests, by arrival (ties in trace order), numbered from 0."""
-        if self.factor == 1:
+        if self.factor == 1 and self.day is None:
             return list(requests)
         rng = random.Random(self.seed)
-        copies = [
-            (r.arrival + rng.uniform(0.0, self.jitter_s), r.id, k, r)
-            for r in requests
-            for k in range(self.factor)
-        ]
+        day = self.day
+        source = day.looped(requests) if day else requests
+        copies = []
+        for r in source:
+            if day is None:
+                k = self.factor
+            else:
+                m = day.factor(r.arrival)
+                k = int(m) + (rng.random() < m - int(m))
+            copies += [(r.arrival + rng.uniform(0.0, self.jitter_s), r.id, j, r) for j in range(k)]
         copies.sort(key=lambda c: (c[0], c[1], c[2]))
         return [Request(i, t, r.prompt_tokens, r.output_tokens) for i, (t, _, _, r) in enumerate(copies)]
 
     def describe(self) -> str:
+        jitter = f"each copy {self.jitter_s:g} s of uniform jitter later at most (seed {self.seed})"
+        if self.day is not None:
+            return f"{self.day.describe()}: {jitter}"
         if self.factor == 1:
             return "at its recorded rate"
-        return (
-            f"scaled x{self.factor}: each request replicated {self.factor} times, each copy "
-            f"{self.jitter_s:g} s of uniform jitter later at most (seed {self.seed})"
-        )
+        return f"scaled x{self.factor}: each request replicated {self.factor} times, {jitter}"
+
+    @property
+    def label(self) -> str:
+        """What a workload's name says of the scaling: `` x10``, `` day x3-x30``, or nothing."""
+        if self.day is not None:
+            return f" day x{self.day.low:g}-x{self.day.high:g}"
+        return f" x{self.factor}" if self.factor != 1 else ""
+
+
+def grouped(requests: Sequence[Request], every_s: float) -> list[Request]:
+    """Arrivals gathered into groups at one instant every ``every_s`` seconds: each request moved back to
+    the start of its slot (as a client that batches its users' requests, or a gateway that flushes on a
+    timer, sends them); order and lengths kept. ``every_s`` 0 leaves them as they are."""
+    if every_s <= 0:
+        return list(requests)
+    return [
+        Request(r.id, math.floor(r.arrival / every_s) * every_s, r.prompt_tokens, r.output_tokens) for r in requests
+    ]
 
 
 def load_trace(

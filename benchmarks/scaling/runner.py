@@ -61,7 +61,7 @@ def planner_numbers(exp: Experiment) -> dict[str, float]:
     requests = thesis_requests_for(plan, plan.first_seed)
     cfg = planner_config(profile, requests, plan.slo, plan.loop_interval, plan.startup_s, plan.scaler.planner)
     one = step_estimate(profile, 1, cfg.prompt_tokens, cfg.output_tokens, requests[0].choices)
-    return {"target_ms": 1000 * cfg.per_token_target_s, "lone_step_ms": 1000 * one}
+    return {"target_ms": 1000 * cfg.per_token_limit_s, "lone_step_ms": 1000 * one}
 
 
 def machine() -> dict[str, Any]:

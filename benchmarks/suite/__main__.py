@@ -1,0 +1,75 @@
+"""python -m benchmarks.suite: the workload suite (benchmarks/suite/shapes.py), measured and rendered.
+
+    .venv/bin/python -m benchmarks.suite --workers 2 --json benchmarks/results/suite.json \
+        --report benchmarks/suite.md
+
+``--shape NAME`` (repeatable) or ``--split tune|test`` measures part of it; with ``--update`` the shapes
+measured replace theirs in the ``--json`` file and the rest are kept. ``--render PATH`` renders a results
+file without measuring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.suite.render import render
+from benchmarks.suite.runner import POLICIES, cpu_seconds, measure_shape
+from benchmarks.suite.shapes import SHAPES, SPLITS, shape
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    chosen = [shape(n) for n in args.shape] if args.shape else [s for s in SHAPES if args.split in (None, s.split)]
+    policies = tuple(args.policy or POLICIES)
+    start, cpu = time.monotonic(), cpu_seconds()
+    shapes = []
+    for s in chosen:
+        shapes.append(measure_shape(s, args.workers, policies, lambda m: print(m, file=sys.stderr, flush=True)))
+    return {
+        "machine": harness.machine(),
+        "code": harness.revision("nlgsim", "autoscaler", "triton_backend/scheduler.py", "benchmarks/suite"),
+        "date": datetime.date.today().isoformat(),
+        "workers": args.workers,
+        "wall_seconds": round(time.monotonic() - start, 1),
+        "cpu_seconds": round(cpu_seconds() - cpu, 1),
+        "shapes": shapes,
+    }
+
+
+def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with ``new``'s shapes in place of theirs, in the suite's order; the times are no longer one run's."""
+    by_name = {s["name"]: s for s in old.get("shapes", [])} | {s["name"]: s for s in new["shapes"]}
+    order = [s.name for s in SHAPES]
+    shapes = sorted(by_name.values(), key=lambda s: order.index(s["name"]) if s["name"] in order else len(order))
+    return {**new, "shapes": shapes, "wall_seconds": None, "cpu_seconds": None, "partial_runs": True}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    harness.output_arguments(parser)
+    parser.add_argument("--workers", type=int, default=1, help="processes for the runs (same output)")
+    parser.add_argument("--shape", action="append", default=[], help="a shape's name (repeatable); default: all")
+    parser.add_argument("--split", choices=SPLITS, help="only this set's shapes")
+    parser.add_argument("--policy", action="append", default=[], help=f"instead of {', '.join(POLICIES)}")
+    parser.add_argument("--update", action="store_true", help="merge into --json instead of replacing it")
+    args = parser.parse_args(argv)
+    if args.render:
+        data = harness.read_json(args.render)
+    else:
+        data = measure(args)
+        if args.update and args.json and Path(args.json).exists():
+            data = merged(json.loads(Path(args.json).read_text()), data)
+    if args.json:
+        harness.write_json(args.json, data)
+    harness.publish(render(data), args.report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -12,8 +12,9 @@ Each round, from the window's statistics:
    read from the latency histograms at the limits. The window is *short* (:func:`short_of_target`) when
    its misses exceed what the target allows by more than chance gives for that many requests.
 3. **Capacity, learned** (:func:`capacity_factor`): the profile is only the prior. Each window says what
-   each replica carried within the SLO, in profiled replicas' worth (work per replica, less the share
-   missed): a window that met the target says a replica carries at least that, a short one at most that.
+   each replica carried within the SLO, in profiled replicas' worth (the choices that finished in the
+   window, per replica, less the share missed): a window that met the target says a replica carries at
+   least that, a short one at most that.
    The planned capacity is the least "at most" remembered, never below the most "at least", and the
    prior while nothing says otherwise.
 4. **Size** (:func:`plan`): the larger of the work now and the *burst floor* (the 90th percentile of the
@@ -53,7 +54,7 @@ MEMORY_STARTUPS = 10
 #: memory does not hold the fleet; a burst that recurs does.
 BURST_QUANTILE = 0.9
 #: Standard deviations of a binomial count of misses beyond what the target allows before a window is
-#: short (about 98% one-sided): a window of 100 requests at a 99% target is short from 4 misses, not 2.
+#: short (about 98% one-sided): a window of 100 requests at a 99% target is short from 3 misses, not 2.
 CHANCE_Z = 2.0
 #: One window cuts the learned capacity by at most this share: requests already late when a burst ends
 #: would otherwise read as a replica carrying almost nothing.
@@ -266,8 +267,8 @@ def planner_decide(
     mix = observe_mix(window, state.mix, cfg)
     demand, per_replica, work = measure_work(window, cfg, mix)
     history = tuple((t, w) for t, w in state.work if t > keep) + ((now, work),)
-    served = tuple((t, n) for t, n in state.serving if t > now - window.span) + ((now, serving_replicas(window)),)
-    fewest, most = min(n for _, n in served), max(n for _, n in served)
+    serving = tuple((t, n) for t, n in state.serving if t > now - window.span) + ((now, serving_replicas(window)),)
+    fewest, most = min(n for _, n in serving), max(n for _, n in serving)
     carried = tuple(c for c in state.carried if c[0] > keep)
     shortfalls = tuple(c for c in state.shortfalls if c[0] > keep)
     unfixed = tuple(u for u in state.unfixed if u[0] > keep)
@@ -277,10 +278,13 @@ def planner_decide(
     allowed = target_misses + floor
     missed, count = miss_share(window, cfg.slo)
     short = short_of_target(missed, count, allowed)
+    # What the replicas carried is what finished in the window, where its attainment was measured: the
+    # requests a burst has just started have no outcome yet.
+    finished = window.latency("pertoken").count / window.span / per_replica
     notes = []
     learned = False
     if trial is not None and fewest >= trial.after:
-        helped = judge_trial(trial, missed, short, work / fewest, allowed)
+        helped = judge_trial(trial, missed, short, finished / fewest, allowed)
         if helped is False:
             shortfalls = tuple(c for c in shortfalls if c[0] < trial.since - window.span)
             unfixed += ((now, missed - target_misses),)
@@ -292,15 +296,15 @@ def planner_decide(
         trial = None
     elif short and trial is None and fewest > 0:
         cut = min(max(missed - floor, 0.0), MAX_CUT)
-        shortfalls += ((now, work / fewest * (1 - cut)),)
+        shortfalls += ((now, finished / fewest * (1 - cut)),)
         learned = True
     if not short and not math.isnan(missed) and most > 0:
-        carried += ((now, work / most),)
+        carried += ((now, finished / most),)
     capacity, why_capacity = capacity_factor(carried, shortfalls)
     burst = burst_level(history, now, cfg.lead_s)
     want, term = plan(work, burst, capacity, cfg.headroom)
     if learned and want > current:
-        trial = Trial(now, current, want, missed, work / max(fewest, 1))
+        trial = Trial(now, current, want, missed, finished / max(fewest, 1))
     attained = "no requests finished" if math.isnan(missed) else f"attainment {1 - missed:.2%}"
     why = (
         f"demand {demand:.3g}/s, {work:.3g} profiled replicas' worth ({per_replica:.3g}/s each); capacity "
@@ -324,7 +328,7 @@ def planner_decide(
         if math.isfinite(value):
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
-    new_state = PlannerState(desired, history, mix, proposals, events, carried, shortfalls, unfixed, trial, served)
+    new_state = PlannerState(desired, history, mix, proposals, events, carried, shortfalls, unfixed, trial, serving)
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 
 

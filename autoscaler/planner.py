@@ -11,16 +11,17 @@ Each round, from the window's statistics:
 2. **Attainment** (:func:`miss_share`): the share of the window's choices over a limit the SLO names,
    read from the latency histograms at the limits. The window is *short* (:func:`short_of_target`) when
    its misses exceed what the target allows by more than chance gives for that many requests.
-3. **Capacity, learned** (:func:`capacity_factor`): the profile is only the prior. Each window says what
-   each replica carried within the SLO, in profiled replicas' worth (the choices that finished in the
-   window, per replica, less the share missed): a window that met the target says a replica carries at
-   least that, a short one at most that.
-   The planned capacity is the least "at most" remembered, never below the most "at least", and the
-   prior while nothing says otherwise.
-4. **Size** (:func:`plan`): the larger of the work now and the *burst floor* (the 90th percentile of the
-   peak work of each start-up-long slot remembered: what arrives within one start-up, which a pod asked
-   for then would not catch), over ``headroom`` of the learned capacity. The floor trades GPU-seconds for
-   attainment where bursts come faster than a start-up, and the reason says when it sets the count.
+3. **Capacity, learned** (:func:`learn_capacity`): what one replica carries within the SLO, as a multiple of
+   the profile's figure, starts at the profile's 1. A short window lowers it to what the replicas carried
+   within the SLO at the highest load its requests arrived into (per replica, less the share missed),
+   taken one window later, once that load is known. Windows that meet the target with no replica more
+   than the work needs raise it by :data:`RISE` a start-up: it finds out when the traffic lets a replica
+   carry more, and a short window sets it back.
+4. **Size** (:func:`plan`): the work now over ``headroom`` of the learned capacity, or the *burst floor*
+   over all of it, the larger: the 90th percentile of the peak work of each start-up-long slot remembered,
+   what arrives within one start-up, which a pod asked for then would not catch. The floor trades
+   GPU-seconds for attainment where bursts come faster than a start-up; the reason says when it sets the
+   count.
 5. **Steps judged by their effect** (:func:`judge_trial`): a scale-up that a short window asked for is a
    trial. Once the new count has served a whole window, a trial that did not close half the gap between
    the misses and the target did not help: the evidence that asked for it is withdrawn, the misses left
@@ -59,6 +60,9 @@ CHANCE_Z = 2.0
 #: One window cuts the learned capacity by at most this share: requests already late when a burst ends
 #: would otherwise read as a replica carrying almost nothing.
 MAX_CUT = 0.5
+#: How fast the learned capacity rises while windows meet the target at the plan: this share a start-up.
+#: Slow against what a short window takes away, so that the fleet probes its edge rarely.
+RISE = 0.01
 #: The mix planned before the pods' counters have measured one (tokens of a prompt, of an output).
 DEFAULT_PROMPT_TOKENS = 256.0
 DEFAULT_OUTPUT_TOKENS = 128.0
@@ -119,6 +123,22 @@ class Trial:
     """The share missed that asked for it."""
     load: float
     """Work per replica then, in profiled replicas' worth."""
+    capacity: float
+    """The learned capacity before the short window that asked for it: restored if it did not help."""
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Short windows seen since ``since``, waiting one window for the load their requests arrived into: a
+    window's average rises for a whole window after a burst begins, while its misses show at once."""
+
+    since: float
+    first: float
+    """When the first of them was seen."""
+    missed: float
+    """The most any of them missed."""
+    fewest: int
+    """The fewest replicas that served them."""
 
 
 @dataclass(frozen=True)
@@ -129,13 +149,12 @@ class PlannerState:
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
-    carried: tuple[tuple[float, float], ...] = ()
-    """Windows that met the target: when, and the work each replica carried (at least its capacity)."""
-    shortfalls: tuple[tuple[float, float], ...] = ()
-    """Short windows: when, and the work each replica carried within the SLO (at most its capacity)."""
+    capacity: float = 1.0
+    """What one replica carries within the SLO, as a multiple of the profile's figure (:func:`learn_capacity`)."""
     unfixed: tuple[tuple[float, float], ...] = ()
     """Trials that did not help: when, and the share missed beyond the target that they left."""
     trial: Trial | None = None
+    pending: Shortfall | None = None
     serving: tuple[tuple[float, int], ...] = ()
     """The replicas serving at each round over the last window's span."""
 
@@ -211,21 +230,13 @@ def short_of_target(missed: float, count: float, allowed: float) -> bool:
     return missed * count > expected + CHANCE_Z * math.sqrt(expected * (1 - allowed)) + 1e-9
 
 
-def capacity_factor(
-    carried: tuple[tuple[float, float], ...], shortfalls: tuple[tuple[float, float], ...]
-) -> tuple[float, str]:  # fmt: skip
-    """What a replica carries within the SLO, as a multiple of the profile's figure, and why.
-
-    The least a short window showed (at most), not below the most a window meeting the target showed
-    (at least); the profile's 1 while no window says otherwise."""
-    most = max((g for _, g in carried), default=0.0)
-    least = min((g for _, g in shortfalls), default=math.inf)
-    lower = max(1.0, most)
-    if least < lower:
-        return max(least, most), f"{max(least, most):.2f}x the profile (a short window: at most {least:.3g})"
-    if most > 1.0:
-        return most, f"{most:.2f}x the profile (carried while meeting the target)"
-    return 1.0, "the profile's"
+def learn_capacity(capacity: float, shortfall: float | None, at_plan: bool, elapsed: float, lead_s: float) -> float:
+    """The learned capacity after a round: down to a ``shortfall`` (what replicas carried within the SLO in
+    a short window) when there is one below it, else up by :data:`RISE` a start-up over the ``elapsed`` s
+    since the last round when the window met the target ``at_plan`` (no replica more than the work needs)."""
+    if shortfall is not None:
+        return min(capacity, shortfall)
+    return capacity * (1 + RISE) ** (elapsed / lead_s) if at_plan else capacity
 
 
 def burst_level(history: tuple[tuple[float, float], ...], now: float, lead_s: float) -> float:
@@ -239,10 +250,10 @@ def burst_level(history: tuple[tuple[float, float], ...], now: float, lead_s: fl
 
 
 def plan(work: float, burst: float, capacity: float, headroom: float) -> tuple[int, str]:
-    """Replicas for the larger of ``work`` and the ``burst`` level, each replica at ``headroom`` of
-    ``capacity`` (profiled replicas' worth), and which of the two set it."""
-    per = capacity * headroom
-    by_work, by_burst = math.ceil(work / per - 1e-9), math.ceil(burst / per - 1e-9)
+    """Replicas for ``work`` with each replica at ``headroom`` of ``capacity`` (profiled replicas' worth), or
+    for the ``burst`` level at all of it (already the peak of what a start-up brings, it needs no margin on
+    top), the larger, and which of the two set it."""
+    by_work, by_burst = math.ceil(work / (capacity * headroom) - 1e-9), math.ceil(burst / capacity - 1e-9)
     if by_burst > by_work:
         return by_burst, f"the burst floor ({burst:.3g} within a start-up)"
     return by_work, "the work"
@@ -267,26 +278,31 @@ def planner_decide(
     mix = observe_mix(window, state.mix, cfg)
     demand, per_replica, work = measure_work(window, cfg, mix)
     history = tuple((t, w) for t, w in state.work if t > keep) + ((now, work),)
-    serving = tuple((t, n) for t, n in state.serving if t > now - window.span) + ((now, serving_replicas(window)),)
-    fewest, most = min(n for _, n in serving), max(n for _, n in serving)
-    carried = tuple(c for c in state.carried if c[0] > keep)
-    shortfalls = tuple(c for c in state.shortfalls if c[0] > keep)
+    serving = tuple((t, n) for t, n in state.serving if t > keep) + ((now, serving_replicas(window)),)
+    # A window's outcomes belong to the load its requests arrived into and the replicas that served them:
+    # over its span, and as far again back as its slowest requests took (they finished in it, late).
+    late = window.latency("request").p99
+    since = now - window.span - (late if math.isfinite(late) else 0.0)
+    loaded = max(w for t, w in history if t >= since)
+    fewest = min(n for t, n in serving if t >= since)
+    most = max(n for t, n in serving if t > now - window.span)
     unfixed = tuple(u for u in state.unfixed if u[0] > keep)
     trial = state.trial if state.trial and state.trial.since > keep and current >= state.trial.after else None
+    pending = state.pending
+    capacity = state.capacity
     target_misses = 1 - cfg.slo.target
     floor = max((m for _, m in unfixed), default=0.0)
     allowed = target_misses + floor
     missed, count = miss_share(window, cfg.slo)
     short = short_of_target(missed, count, allowed)
-    # What the replicas carried is what finished in the window, where its attainment was measured: the
-    # requests a burst has just started have no outcome yet.
-    finished = window.latency("pertoken").count / window.span / per_replica
+    if floor > 0 and not short and short_of_target(missed, count, target_misses):
+        unfixed += ((now, min(missed - target_misses, floor)),)  # still there: remembered from now
     notes = []
-    learned = False
+    shortfall: float | None = None
     if trial is not None and fewest >= trial.after:
-        helped = judge_trial(trial, missed, short, finished / fewest, allowed)
+        helped = judge_trial(trial, missed, short, loaded / fewest, allowed)
         if helped is False:
-            shortfalls = tuple(c for c in shortfalls if c[0] < trial.since - window.span)
+            capacity = max(capacity, trial.capacity)
             unfixed += ((now, missed - target_misses),)
             floor = max(floor, missed - target_misses)
             notes.append(
@@ -295,20 +311,28 @@ def planner_decide(
             )
         trial = None
     elif short and trial is None and fewest > 0:
-        cut = min(max(missed - floor, 0.0), MAX_CUT)
-        shortfalls += ((now, finished / fewest * (1 - cut)),)
-        learned = True
-    if not short and not math.isnan(missed) and most > 0:
-        carried += ((now, finished / most),)
-    capacity, why_capacity = capacity_factor(carried, shortfalls)
+        before = pending or Shortfall(since, now, missed, fewest)
+        pending = replace(before, missed=max(before.missed, missed), fewest=min(before.fewest, fewest))
+    asked: tuple[float, float] | None = None
+    if pending is not None and now - pending.first >= window.span:
+        # At most what the replicas carried within the SLO at the highest load their requests met.
+        asked = (pending.missed, max(w for t, w in history if t >= pending.since) / pending.fewest)
+        shortfall = asked[1] * (1 - min(max(pending.missed - floor, 0.0), MAX_CUT))
+        pending = None
+    elapsed = now - state.serving[-1][0] if state.serving else 0.0
+    at_plan = not short and not math.isnan(missed) and most <= math.ceil(work / (capacity * cfg.headroom) - 1e-9)
+    learned = learn_capacity(capacity, shortfall, at_plan, elapsed, cfg.lead_s)
+    why_capacity = f"{learned:.3g}x the profile's" + (
+        f" (a short window: at most {shortfall:.3g})" if shortfall is not None and shortfall < capacity else ""
+    )
     burst = burst_level(history, now, cfg.lead_s)
-    want, term = plan(work, burst, capacity, cfg.headroom)
-    if learned and want > current:
-        trial = Trial(now, current, want, missed, finished / max(fewest, 1))
+    want, term = plan(work, burst, learned, cfg.headroom)
+    if asked is not None and learned < capacity and want > current:
+        trial = Trial(now, current, want, *asked, capacity)
     attained = "no requests finished" if math.isnan(missed) else f"attainment {1 - missed:.2%}"
     why = (
         f"demand {demand:.3g}/s, {work:.3g} profiled replicas' worth ({per_replica:.3g}/s each); capacity "
-        f"{why_capacity}; {want} by {term} at {cfg.headroom:g} of it; {attained} (target {cfg.slo.target:.2%}"
+        f"{why_capacity}; {want} by {term}; {attained} (target {cfg.slo.target:.2%}"
         + (f", {floor:.2%} more allowed: misses more replicas did not fix" if floor > 0 else "")
         + (", short" if short else "")
         + ")"
@@ -318,8 +342,8 @@ def planner_decide(
     limited = rate_limit(stabilized, current, state.events, now, spec.scale_up, spec.scale_down)
     desired = bounds(limited, spec)
     values = {
-        "demand": demand, "work": work, "per_replica": per_replica, "capacity": capacity, "burst": burst,
-        "planned": capacity * per_replica, "missed": missed, "allowed": allowed,
+        "demand": demand, "work": work, "per_replica": per_replica, "capacity": learned, "burst": burst,
+        "planned": learned * per_replica, "missed": missed, "allowed": allowed,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile
@@ -328,7 +352,9 @@ def planner_decide(
         if math.isfinite(value):
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
-    new_state = PlannerState(desired, history, mix, proposals, events, carried, shortfalls, unfixed, trial, serving)
+    new_state = PlannerState(
+        desired, history, mix, proposals, events, learned, unfixed, trial, pending, serving
+    )
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 
 

@@ -76,8 +76,11 @@ def parse_workload(
     a trace's arrivals into groups (:func:`nlgsim.workload.grouped`)."""
     kind, _, arg = text.partition(":")
     scale = scale or FleetScale()
-    if (scale.factor != 1 or scale.day is not None or group_s) and kind != "trace":
-        raise ValueError(f"--scale, --day and --group apply to a trace (--workload trace:PATH), not {text!r}")
+    reshaped = [f"--scale {scale.factor}"] * (scale.factor != 1) + ["--day"] * (scale.day is not None)
+    reshaped += [f"--group {group_s:g}"] * bool(group_s)
+    if reshaped and kind != "trace":
+        verb = "applies" if len(reshaped) == 1 else "apply"
+        raise ValueError(f"{' and '.join(reshaped)} {verb} to a trace (--workload trace:PATH), not {text!r}")
     if not (math.isfinite(group_s) and group_s >= 0):
         raise ValueError(f"--group {group_s!r}: must be a finite number of seconds >= 0 (0: arrivals as they are)")
     if kind in QUERY_TYPES:

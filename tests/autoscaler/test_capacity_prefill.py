@@ -10,8 +10,6 @@ from pathlib import Path
 import pytest
 
 from autoscaler.capacity import PROMPT_QUANTILES, choices_per_second, exponential_lengths, mean_prefill_s
-from autoscaler.config import PlannerSpec
-from autoscaler.planner import planner_config, prefill_service_s
 from autoscaler.profile import load_profile
 
 ROOT = Path(__file__).parents[2]
@@ -57,14 +55,3 @@ def test_the_spread_lowers_what_a_replica_carries_of_a_prefill_heavy_mix():
     )
     assert short_outputs < long_outputs <= 1.0
     assert short_outputs < 0.85
-
-
-def test_the_ttft_queue_costs_its_prefill_service_over_the_same_lengths():
-    bent = curve((1, 256, 10_256), (0.020, 0.020, 0.820), context=1024)
-    cfg = planner_config(PlannerSpec(profile="unused"), bent)
-    lengths = exponential_lengths(bent, 256)
-    decode = bent.decode_step_s(8, 256 + 28 / 2)
-    chunks = sum(math.ceil(n / bent.prefill_chunk_tokens) for n in lengths) / len(lengths)
-    assert prefill_service_s(cfg, 256, 8, 28) == pytest.approx(mean_prefill_s(bent, 256) + chunks * decode)
-    # Longer than every prompt at the mean: some prompts need two or more chunks, and those cost more.
-    assert prefill_service_s(cfg, 256, 8, 28) > bent.prefill_time_s(256) + decode

@@ -199,15 +199,21 @@ def test_the_planner_settings_a_user_sets_are_what_the_simulated_planner_runs(pr
 
 
 def test_the_simulated_planner_takes_every_setting_of_scaler_planner():
-    settings = scaler_spec({}, [
-        "planner.headroom=0.5", "planner.trend_window=90", "planner.drain_time=7", "planner.kv_usage_high=0.8",
-        "planner.burst_lookback=300", "planner.burst_quantile=0.75", "planner.plan_fraction=0.5",
-    ]).planner  # fmt: skip
+    """The SLO's targets come from the run's SLO and the lengths from the workload; the other keys (the
+    headroom, the start-up) from ``scaler.planner``, as the chart renders them."""
+    settings = scaler_spec({}, ["planner.headroom=0.5", "planner.startup=30"]).planner
     requests = parse_workload("simple:1", paper_profile(), count=50, seed=0).requests
     slo = SLO(per_token_s=0.05)
     cfg = planner_config(paper_profile(), requests, slo, 5.0, 10.0, settings)
     default = planner_config(paper_profile(), requests, slo, 5.0, 10.0)
-    assert (cfg.headroom, cfg.trend_window_s, cfg.drain_s, cfg.kv_usage_high) == (0.5, 90, 7, 0.8)
-    assert (cfg.burst_lookback_s, cfg.burst_quantile) == (300, 0.75)
-    assert cfg.per_token_target_s == pytest.approx(default.per_token_target_s * 0.5 / 0.6)
-    assert cfg.lead_s == default.lead_s == 15.0
+    assert (cfg.headroom, default.headroom) == (0.5, 0.85)
+    assert (cfg.lead_s, default.lead_s) == (35.0, 15.0)
+    assert cfg.slo == slo and cfg.prompt_tokens == 34
+
+
+def test_the_planners_retired_keys_are_refused_naming_what_replaced_them():
+    with pytest.raises(ConfigError) as e:
+        scaler_spec({}, ["planner.plan_fraction=0.5", "planner.burst_quantile=0.9"])
+    keys = [m.split(":")[0] for m in e.value.errors]
+    assert keys == ["scaler.planner.plan_fraction", "scaler.planner.burst_quantile"]
+    assert all("no longer a key" in m and "remove it" in m for m in e.value.errors)

@@ -19,27 +19,33 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.suite.render import render
-from benchmarks.suite.runner import POLICIES, cpu_seconds, measure_shape
+from benchmarks.suite.render import cell, render, verdict
+from benchmarks.suite.runner import DEFAULT, POLICIES, cpu_seconds, measure_shape
 from benchmarks.suite.shapes import SHAPES, SPLITS, shape
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace, old: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The chosen shapes' results; with ``old`` (``--update``), merged into it, and written to ``--json``
+    after each shape."""
     chosen = [shape(n) for n in args.shape] if args.shape else [s for s in SHAPES if args.split in (None, s.split)]
     policies = tuple(args.policy or POLICIES)
     start, cpu = time.monotonic(), cpu_seconds()
-    shapes = []
-    for s in chosen:
-        shapes.append(measure_shape(s, args.workers, policies, lambda m: print(m, file=sys.stderr, flush=True)))
-    return {
+    data: dict[str, Any] = {
         "machine": harness.machine(),
         "code": harness.revision("nlgsim", "autoscaler", "triton_backend/scheduler.py", "benchmarks/suite"),
         "date": datetime.date.today().isoformat(),
         "workers": args.workers,
-        "wall_seconds": round(time.monotonic() - start, 1),
-        "cpu_seconds": round(cpu_seconds() - cpu, 1),
-        "shapes": shapes,
+        "shapes": [],
     }
+    for s in chosen:
+        shape_data = measure_shape(s, args.workers, policies, lambda m: print(m, file=sys.stderr, flush=True))
+        data["shapes"].append(shape_data)
+        print(f"{s.name}: {verdict(shape_data)[1]} ({cell(shape_data, DEFAULT)})", file=sys.stderr, flush=True)
+        if args.json:  # after each shape: a long run keeps what it finished
+            partial = {**data, "wall_seconds": None, "cpu_seconds": None, "partial_runs": True}
+            harness.write_json(args.json, merged(old, partial) if old else partial)
+    done = {**data, "wall_seconds": round(time.monotonic() - start, 1), "cpu_seconds": round(cpu_seconds() - cpu, 1)}
+    return merged(old, done) if old else done
 
 
 def merged(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -62,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         data = harness.read_json(args.render)
     else:
-        data = measure(args)
-        if args.update and args.json and Path(args.json).exists():
-            data = merged(json.loads(Path(args.json).read_text()), data)
+        kept = args.update and args.json and Path(args.json).exists()
+        data = measure(args, json.loads(Path(args.json).read_text()) if kept else None)
     if args.json:
         harness.write_json(args.json, data)
     harness.publish(render(data), args.report)

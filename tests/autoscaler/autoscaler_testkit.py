@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import shutil
 import socket
 import subprocess
 import threading
@@ -16,6 +15,7 @@ from pathlib import Path
 import httpx
 import kmock
 import yaml
+from external_tools import PROMETHEUS, require
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client import Histogram as PromHistogram
@@ -254,7 +254,7 @@ class PrometheusServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrometheusServer:
-        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        binary = require(PROMETHEUS)
         with open(self._log, "wb") as log:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={self._config}", f"--storage.tsdb.path={self._data}",

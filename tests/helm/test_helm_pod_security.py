@@ -60,6 +60,7 @@ def test_the_renderings_cover_every_pod_and_container_the_chart_can_make(render)
         "Deployment/demo-nlg-serving-triton:triton", "Deployment/demo-nlg-serving-autoscaler:autoscaler",
         "Pod/demo-nlg-serving-test-stream:generate-stream",
     }  # fmt: skip
+    assert "networkPolicy.enabled=False" in RENDERINGS, "the schema's switches are swept"
 
 
 def test_the_triton_pod_runs_as_the_images_non_root_user_with_only_its_volumes_writable(render, chart_values):

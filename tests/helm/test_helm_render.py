@@ -32,6 +32,8 @@ def test_defaults_render_the_whole_release(render):
         ("Deployment", f"{base}-triton"),
         ("Service", f"{base}-triton"),
         ("PodDisruptionBudget", f"{base}-triton"),
+        ("NetworkPolicy", f"{base}-triton"),
+        ("NetworkPolicy", f"{base}-autoscaler"),
         ("Deployment", f"{base}-autoscaler"),
         ("Service", f"{base}-autoscaler"),
         ("ConfigMap", f"{base}-autoscaler"),

@@ -90,6 +90,7 @@ class App:
             elector=self._elector(config),
             target_name=self._target_name(config),
             store=self._store(config),
+            identity=self.identity,
         )
         self.controller.targets.set_config_target(config.model_id, config.scaler, self._config_target(config))
         self._stop = threading.Event()

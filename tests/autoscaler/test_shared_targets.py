@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from autoscaler_testkit import FakeClock, PodMetrics, free_port
+from autoscaler_testkit import FakeClock, Partition, PodMetrics, free_port
 from fake_apiserver import FakeApiServer
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
@@ -71,8 +71,8 @@ def config(pods, **extra):
 class Replica:
     """One autoscaler pod: its App (not started: the test runs its rounds) and its REST API."""
 
-    def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock) -> None:
-        kube = new_client(k8s.Configuration(host=cluster.url))
+    def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock, url: str = "") -> None:
+        kube = new_client(k8s.Configuration(host=url or cluster.url))
         self.app = App(config(pods), kube=kube, identity=name, clock=clock)
         self.api = TestClient(create_app(self.app.controller, "token", retry_after=INTERVAL))
         self.api.headers["Authorization"] = "Bearer token"
@@ -94,8 +94,8 @@ def replicas(cluster, pods):
     clock = FakeClock()
     made: list[Replica] = []
 
-    def make(name: str) -> Replica:
-        made.append(Replica(name, cluster, pods, clock))
+    def make(name: str, url: str = "") -> Replica:
+        made.append(Replica(name, cluster, pods, clock, url))
         return made[-1]
 
     a, b = make("a"), make("b")
@@ -177,6 +177,65 @@ def test_the_standby_refuses_writes_naming_the_leader_and_answers_reads(replicas
     b.round()
     assert [v["model_id"] for v in b.api.get("/deployment/").json()] == ["gpt2", "bert"]
     assert b.api.get("/healthz").json() == {"status": "ok", "leader": False}
+
+
+@pytest.fixture
+def cut_off_leader(cluster, pods):
+    """Replicas "a" (the leader, reaching the API server through a link the test cuts) and "b"."""
+    clock = FakeClock()
+    link = Partition(cluster.url.removeprefix("http://"))
+    a, b = Replica("a", cluster, pods, clock, link.url), Replica("b", cluster, pods, clock)
+    a.round()
+    b.round()
+    assert (a.app.controller.elector.leading, b.app.controller.elector.leading) == (True, False)
+    yield a, b, clock, link
+    link.cut.clear()
+    for replica in (a, b):
+        replica.stop()
+    link.close()
+
+
+def leader_named(answer: httpx.Response) -> str | None:
+    assert answer.status_code == 503, answer.text
+    leader: str | None = answer.json()["detail"]["leader"]
+    return leader
+
+
+def test_a_leader_cut_off_names_itself_until_its_renew_deadline_then_never(cut_off_leader, cluster):
+    """Its renewal fails; it leads on by its own clock until the renew deadline (4 s of the 6 s
+    lease), and its store errors say so. From the deadline on it never names itself, though the
+    Lease still does, until it reads the Lease again and names the replica that took it over."""
+    a, b, clock, link = cut_off_leader
+    renewed = clock.now
+    deadline = renewed + a.app.controller.elector.renew_deadline
+    link.cut.set()
+    clock.advance(1.0)
+    a.round()  # the renewal times out: still leading (its next round is before the deadline)
+    assert a.app.controller.elector.leading
+    store_error = a.api.post("/deployment/", json=BERT)
+    assert leader_named(store_error) == "a"
+    assert store_error.json()["detail"]["error"].startswith(f"cannot read the targets in configmap default/{STORE}")
+    assert a.api.get("/healthz").json()["leader"] is True
+
+    clock.now = deadline  # no round since: by its own clock it leads no more
+    standby = a.api.post("/deployment/", json=BERT)
+    assert leader_named(standby) is None
+    assert "this replica ('a') is a standby" in standby.json()["detail"]["error"]
+    assert "no leader is known (cannot read lease default/" in standby.json()["detail"]["error"]
+    a.round()  # steps down
+    assert not a.app.controller.elector.leading
+    assert cluster.objects["leases", "default", "nlg-autoscaler"]["spec"]["holderIdentity"] == "a"
+    assert leader_named(a.api.delete("/deployment/bert/")) is None
+
+    clock.now = renewed + LEASE + 0.5  # b saw the Lease last change at `renewed`: it takes over
+    b.round()
+    assert b.app.controller.elector.leading
+    assert leader_named(a.api.put("/deployment/bert/", json=BERT)) is None  # a cannot read who
+    link.cut.clear()
+    clock.advance(0.5)
+    a.round()
+    assert leader_named(a.api.put("/deployment/bert/", json=BERT)) == "b"
+    assert b.api.put("/deployment/bert/", json=BERT).status_code == 201
 
 
 def test_a_conflicting_target_posted_to_the_other_replica_is_refused(replicas):

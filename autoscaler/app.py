@@ -149,7 +149,9 @@ class App:
         if spec.kind == "memory":
             return MemoryStore()
         api = k8s.CoreV1Api(self.kube())
-        return ConfigMapStore(api, spec.configmap, spec.namespace, timeout=call_timeout(config))
+        # A write through the API may retry conflicts for one loop interval, what its 503's Retry-After says.
+        return ConfigMapStore(api, spec.configmap, spec.namespace, timeout=call_timeout(config),
+                              budget=config.loop.interval)  # fmt: skip
 
     @staticmethod
     def _config_target(config: AutoscalerConfig) -> str:

@@ -11,6 +11,8 @@ meet in a cluster. Enough for ConfigMaps, Leases and a Deployment's ``scale`` su
 
 ``stop()`` closes the port (clients see connection refused, as when the API server is down) and
 ``start()`` opens the same port again. ``requests`` records (method, path) of every request.
+``storm()`` lets another writer change an object just before each of the next writes to it, so each
+of those writes, carrying the version read before, is refused 409 as the API server refuses it.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class FakeApiServer:
     def __init__(self) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self._storms: dict[Key, float] = {}  # key -> writes still to be overtaken
         self._version = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -97,6 +100,18 @@ class FakeApiServer:
     def data(self, name: str, namespace: str = "default") -> dict[str, str]:
         return dict(self.objects["configmaps", namespace, name].get("data") or {})
 
+    def storm(self, plural: str, name: str, writes: float = float("inf"), namespace: str = "default") -> None:
+        """Another writer (an operator's script, a controller) changes the object just before each of
+        the next ``writes`` writes to it: each of them is refused with 409 Conflict."""
+        with self._lock:
+            self._storms[plural, namespace, name] = writes
+
+    def _overtaken(self, key: Key, obj: dict[str, Any]) -> None:
+        """The other writer's change, if a storm is on: a new resourceVersion (the lock is held)."""
+        if self._storms.get(key, 0) > 0:
+            self._storms[key] -= 1
+            obj["metadata"]["resourceVersion"] = self._next_version()
+
     # -- HTTP ------------------------------------------------------------------------------------
 
     def handle(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
@@ -117,6 +132,8 @@ class FakeApiServer:
             obj = self.objects.get(key)
             if obj is None:
                 return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+            if method != "GET":
+                self._overtaken(key, obj)
             if sub == "scale":
                 return self._scale(method, obj, body)
             if method == "GET":

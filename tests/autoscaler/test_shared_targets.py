@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 import time
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from autoscaler.api import create_app
 from autoscaler.app import App
+from autoscaler.backoff import Backoff, Retries
 from autoscaler.config import ConfigError, Registration, parse_config
 from autoscaler.kube import new_client
 from autoscaler.target_store import ConfigMapStore, MemoryStore, StoreUnavailable, encode
@@ -282,6 +285,112 @@ def test_a_write_that_raced_another_is_worked_out_again_on_the_new_set(cluster):
     assert set(cluster.data(STORE)) == {"x", "y"}
     writes = [path for method, path in cluster.requests if method == "PATCH"]
     assert len(writes) == 3  # second's, first's refused one, first's retry
+
+
+class Waits:
+    """A store's clock and sleep in a test: sleeping moves the fake clock, and each wait is kept."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.clock.advance(seconds)
+
+
+def waiting_store(cluster, waits: Waits, budget: float = INTERVAL, draw=lambda: 0.5) -> ConfigMapStore:
+    api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    return ConfigMapStore(api, STORE, "default", budget=budget, clock=waits.clock, sleep=waits.sleep, draw=draw)
+
+
+def test_a_conflict_storm_is_retried_after_growing_jittered_waits(cluster):
+    waits = Waits()
+    store = waiting_store(cluster, waits)
+    cluster.storm("configmaps", STORE, writes=5)  # someone else writes before each of our next 5
+    x = Registration(model_id="x")
+    assert store.update(lambda s: {**s, "x": x}) == {"x": x}
+    # 10 ms doubling, each stretched by the jitter's draw (0.5 here: half as long again).
+    assert waits.slept == pytest.approx([0.015, 0.03, 0.06, 0.12, 0.15])
+    assert [method for method, _ in cluster.requests].count("PATCH") == 6
+    assert set(cluster.data(STORE)) == {"x"}
+
+
+@pytest.mark.parametrize(("retry", "draw", "want"), [(1, 0.0, 0.01), (1, 0.999, 0.01999), (3, 0.0, 0.04),
+                                                     (5, 0.0, 0.1), (20, 0.5, 0.15)])  # fmt: skip
+def test_each_wait_doubles_up_to_its_cap_and_the_jitter_stretches_it(retry, draw, want):
+    assert Backoff().delay(retry, draw) == pytest.approx(want)
+
+
+def test_the_jitter_draws_differ_between_writers():
+    """Two writers that collided wait differently: the draws are random, not a fixed schedule."""
+    first = Retries(10.0, clock=FakeClock())
+    second = Retries(10.0, clock=FakeClock())
+    waits = [(first.next_wait(), second.next_wait()) for _ in range(4)]
+    assert any(a != b for a, b in waits)
+    assert all(0.01 * 2**i <= w < 0.02 * 2**i for i, pair in enumerate(waits) for w in pair)
+
+
+def test_a_storm_that_outlasts_the_budget_is_a_503_with_retry_after(replicas, cluster):
+    a, _, _, _ = replicas
+    assert a.targets.store.budget == INTERVAL  # the App gives a write one loop interval
+    waits = Waits()
+    a.targets.store = waiting_store(cluster, waits)
+    cluster.storm("configmaps", STORE)
+    answer = a.api.post("/deployment/", json=BERT)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "2"
+    assert answer.json()["detail"] == {
+        "error": f"cannot write the targets to configmap default/{STORE}: another writer changed it before each "
+                 "of 16 writes in 1.9 s (409 Conflict); try again",
+        "leader": "a",
+    }  # fmt: skip
+    # 15 ms, 30, 60, 120, then the cap's 150 ms: a 16th wait and write would end past the 2 s budget.
+    assert waits.slept == pytest.approx([0.015, 0.03, 0.06, 0.12] + [0.15] * 11)
+    assert sum(waits.slept) <= INTERVAL
+    assert cluster.data(STORE) == {}
+
+
+@pytest.mark.e2e
+def test_puts_succeed_while_an_operator_patches_the_configmap_200_times_a_second(replicas, cluster):
+    """The field report's storm, on real clocks: a script merge-patches the ConfigMap every 5 ms while
+    PUTs go to the leader; each PUT retries its conflicts within its budget."""
+    a, _, _, _ = replicas
+    puts = 64
+    operator = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    stop = threading.Event()
+    patched = 0
+
+    def patch_forever() -> None:
+        nonlocal patched
+        while not stop.is_set():
+            body = {"metadata": {"annotations": {"example.com/touched": str(patched)}}}
+            operator.patch_namespaced_config_map(STORE, "default", body, _content_type="application/merge-patch+json")
+            patched += 1
+            stop.wait(0.005)
+
+    thread = threading.Thread(target=patch_forever)
+    thread.start()
+    started = time.monotonic()
+    try:
+        answers = [a.api.put(f"/deployment/m{i}/", json={**BERT, "model_id": f"m{i}", "deployment": f"m{i}"})
+                   for i in range(puts)]  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
+    took = time.monotonic() - started
+    codes = [r.status_code for r in answers]
+    refused = [r.json()["detail"]["error"] for r in answers if r.status_code == 503]
+    print(f"operator patches: {patched} in {took:.1f} s; PUTs: {codes.count(201)} stored, {len(refused)} 503")
+    # What a storm faster than a read and a write cannot always win is answered as the API promises:
+    # 503 with Retry-After and the reason, within the budget, nothing half-written.
+    assert set(codes) <= {201, 503}
+    # The budget's end: conflicts all along, or the last attempt's call cut at it (MIN_CALL past it at most).
+    ended = re.compile(r"before each of \d+ writes in (1\.\d|2\.[01]) s \(409 Conflict\)|did not answer within 0\.")
+    assert all(ended.search(e) for e in refused), refused
+    assert all(r.headers["Retry-After"] == "2" for r in answers if r.status_code == 503)
+    assert set(cluster.data(STORE)) == {f"m{i}" for i, code in enumerate(codes) if code == 201}
+    assert codes.count(201) > 0
 
 
 class RacingStore:

@@ -16,6 +16,7 @@ import httpx
 import kmock
 import yaml
 from external_tools import PROMETHEUS, require
+from fake_apiserver import deployment
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client import Histogram as PromHistogram
@@ -222,11 +223,8 @@ class KubeEmulator:
 
     def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
         self.objects["apps/v1/deployments", namespace, name] = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            **deployment(name, replicas),
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
-            "spec": {"replicas": replicas},
-            "status": {"replicas": replicas},
         }
 
     def replicas(self, name: str, namespace: str = "default") -> int:

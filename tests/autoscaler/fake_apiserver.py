@@ -55,6 +55,22 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message}  # fmt: skip
 
 
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    """An apps/v1 Deployment as the API server returns it (the client requires selector and template)."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": name, "image": "x"}]}},
+        },
+        "status": {"replicas": replicas},
+    }
+
+
 class FakeApiServer:
     """Namespaced objects in memory, served on a loopback port; ``objects[(plural, ns, name)]``."""
 
@@ -91,8 +107,10 @@ class FakeApiServer:
                                            "data": dict(data or {})})  # fmt: skip
 
     def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
-        self.put("deployments", namespace, {"apiVersion": "apps/v1", "kind": "Deployment",
-                                            "metadata": {"name": name}, "spec": {"replicas": replicas}})  # fmt: skip
+        self.put("deployments", namespace, deployment(name, replicas))
+
+    def annotations(self, plural: str, name: str, namespace: str = "default") -> dict[str, str]:
+        return dict(self.objects[plural, namespace, name]["metadata"].get("annotations") or {})
 
     def replicas(self, name: str, namespace: str = "default") -> int:
         return int(self.objects["deployments", namespace, name]["spec"]["replicas"])

@@ -24,6 +24,7 @@ from fastapi.testclient import TestClient
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
+from autoscaler.actuate.kubernetes import REPLICAS_ANNOTATION
 from autoscaler.api import create_app
 from autoscaler.app import App
 from autoscaler.backoff import Backoff, Retries
@@ -239,6 +240,49 @@ def test_a_leader_cut_off_names_itself_until_its_renew_deadline_then_never(cut_o
     a.round()
     assert leader_named(a.api.put("/deployment/bert/", json=BERT)) == "b"
     assert b.api.put("/deployment/bert/", json=BERT).status_code == 201
+
+
+def test_after_failovers_the_leader_counts_only_a_persons_change_as_made_outside(cut_off_leader, cluster, pods):
+    """a leads and sees bert at 1; cut off, it loses the Lease to b, which scales bert to 4; b stops and
+    a leads again. The 4 is recorded on the Deployment as the autoscaler's, so a takes it as its
+    predecessor's, not as a change made outside; a person's change after that is one."""
+    a, b, clock, link = cut_off_leader
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    clock.advance(0.5)
+    assert a.round() == []
+    assert a.targets.view("bert")["replicas"]["current"] == 1
+    link.cut.set()
+    clock.advance(0.5)
+    b.round()  # sees a's last renewal
+    clock.advance(LEASE + 0.1)  # and no change of the Lease since: b takes it over
+    b.round()
+    assert b.app.controller.elector.leading
+    scale_up_bert(b, clock, pods[1])
+    assert cluster.replicas("bert") == 4
+    assert cluster.annotations("deployments", "bert") == {REPLICAS_ANNOTATION: "4"}
+    a.round()  # past its renew deadline, and the Lease is b's now
+    assert not a.app.controller.elector.leading
+    link.cut.clear()
+    b.stop()  # releases the Lease
+    clock.advance(0.5)
+    pods[1].serve(0.025, n=5)  # on target: nothing to change
+    a.round()
+    assert a.app.controller.elector.leading
+    external = 'nlg_autoscaler_external_changes_total{model="bert"}'
+    assert a.targets.view("bert")["replicas"]["current"] == 4
+    assert sample(a, external) == 0
+    cluster.objects["deployments", "default", "bert"]["spec"]["replicas"] = 2  # kubectl scale
+    clock.advance(0.5)
+    a.round()
+    assert sample(a, external) == 1
+
+
+def sample(replica: Replica, series: str) -> float:
+    """One sample of the replica's registry, named as the exposition writes it: ``name{label="value"}``."""
+    name, _, labels = series.partition("{")
+    pairs = dict(p.split("=") for p in labels.rstrip("}").split(",")) if labels else {}
+    value = replica.app.registry.get_sample_value(name, {k: v.strip('"') for k, v in pairs.items()})
+    return value or 0.0
 
 
 def test_a_conflicting_target_posted_to_the_other_replica_is_refused(replicas):

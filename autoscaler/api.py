@@ -38,6 +38,7 @@ import secrets
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter
@@ -229,7 +230,9 @@ def create_app(
     )
     async def create(request: Request) -> JSONResponse:
         registration = _parse(await _read_json(request))
-        view, _ = register(registration, replace=False)
+        # On a worker thread: a write may wait out conflicts for its whole budget (autoscaler.backoff),
+        # and the event loop must answer /healthz meanwhile.
+        view, _ = await run_in_threadpool(register, registration, False)
         return JSONResponse(view, status_code=status.HTTP_201_CREATED)
 
     @app.put(
@@ -247,7 +250,7 @@ def create_app(
         if registration.model_id != model_id:
             detail = f"model_id = {show(registration.model_id)}: must match the path's {show(model_id)}"
             raise HTTPException(422, {"errors": [detail]})
-        view, created = register(registration, replace=True)
+        view, created = await run_in_threadpool(register, registration, True)
         return JSONResponse(view, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @app.get("/deployment/", dependencies=read_auth, summary="LIST: every model being scaled")

@@ -437,6 +437,33 @@ def test_puts_succeed_while_an_operator_patches_the_configmap_200_times_a_second
     assert codes.count(201) > 0
 
 
+@pytest.mark.e2e
+def test_health_answers_while_a_write_waits_out_a_storm(cluster, pods):
+    """The running service: a write retrying conflicts for its budget holds no one else up."""
+    port = free_port()
+    app = App(config(pods, loop={"interval": 2.0}, api={"port": port, "auth": "none"}),
+              kube=new_client(k8s.Configuration(host=cluster.url)), identity="a")  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        app.start()
+        deadline = time.monotonic() + 10
+        while not httpx.get(f"{url}/healthz").json()["leader"]:
+            assert time.monotonic() < deadline, "a never led"
+            time.sleep(0.05)
+        cluster.storm("configmaps", STORE)
+        answers: list[httpx.Response] = []
+        post = lambda: answers.append(httpx.post(f"{url}/deployment/", json=BERT, timeout=10))  # noqa: E731
+        writer = threading.Thread(target=post)
+        writer.start()
+        time.sleep(0.3)  # the write is waiting between its retries now
+        assert writer.is_alive()
+        assert httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200
+        writer.join()
+        assert answers[0].status_code == 503 and "409 Conflict" in answers[0].json()["detail"]["error"]
+    finally:
+        app.stop()
+
+
 class RacingStore:
     """A store that lets ``meanwhile`` write once, between its first read of the set and its write."""
 

@@ -23,10 +23,11 @@ registered (POST), the config file's model (POST, PUT, DELETE), and a Deployment
 another target already scales are 409s, checked against the stored set of targets (see
 :mod:`autoscaler.target_store`), which every replica reads.
 
-Writes go to the leader. A standby (leader election on, another replica holds the Lease) answers a
-write 503 with ``Retry-After`` and ``detail.leader`` naming the replica that leads (null if none is
-known); so does any replica when the stored targets cannot be reached (``detail.error`` says why).
-Reads answer on any replica, from the targets it read last.
+Writes go to the leader. A standby (leader election on, and this replica does not lead by its own
+clock) answers a write 503 with ``Retry-After`` and ``detail.leader`` naming the replica that leads
+(null if none is known; never itself, even while the Lease still names it after it stepped down).
+So does any replica when the stored targets cannot be reached (``detail.error`` says why), the
+leader naming itself. Reads answer on any replica, from the targets it read last.
 """
 
 # No ``from __future__ import annotations``: FastAPI resolves the dependency annotations of the
@@ -37,6 +38,7 @@ import secrets
 from typing import Annotated, Any, Final, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import TypeAdapter
@@ -169,20 +171,22 @@ def create_app(
 
     def leading(_: Annotated[None, Depends(authorize_write)]) -> None:
         elector = controller.elector
-        if elector is None or elector.leading:
+        leader = controller.leader()
+        if elector is None or leader == elector.identity:
             return
-        holder = elector.holder or None
-        if holder:
-            why = f"{holder!r} leads: send it again (the Service picks a replica) or to {holder!r}"
+        if leader:
+            why = f"{leader!r} leads: send it again (the Service picks a replica) or to {leader!r}"
         else:
-            why = f"no leader is known ({elector.error or 'the Lease is free'}); send it again"
+            cause = elector.error or ("its own renewal is overdue" if elector.leading else "the Lease is free")
+            why = f"no leader is known ({cause}); send it again"
         message = f"this replica ({elector.identity!r}) is a standby and does not take writes; {why}"
-        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, {"error": message, "leader": holder},
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, {"error": message, "leader": leader or None},
                             headers=come_back)  # fmt: skip
 
     def unavailable(e: StoreUnavailable) -> HTTPException:
-        return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, {"error": str(e), "leader": None},
-                             headers=come_back)  # fmt: skip
+        """The stored targets cannot be reached: ``leader`` still names who leads (this replica, as a rule)."""
+        detail = {"error": str(e), "leader": controller.leader() or None}
+        return HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, detail, headers=come_back)
 
     read_auth = [Depends(authorize)]
     write_auth = [Depends(leading)]
@@ -226,7 +230,9 @@ def create_app(
     )
     async def create(request: Request) -> JSONResponse:
         registration = _parse(await _read_json(request))
-        view, _ = register(registration, replace=False)
+        # On a worker thread: a write may wait out conflicts for its whole budget (autoscaler.backoff),
+        # and the event loop must answer /healthz meanwhile.
+        view, _ = await run_in_threadpool(register, registration, False)
         return JSONResponse(view, status_code=status.HTTP_201_CREATED)
 
     @app.put(
@@ -244,7 +250,7 @@ def create_app(
         if registration.model_id != model_id:
             detail = f"model_id = {show(registration.model_id)}: must match the path's {show(model_id)}"
             raise HTTPException(422, {"errors": [detail]})
-        view, created = register(registration, replace=True)
+        view, created = await run_in_threadpool(register, registration, True)
         return JSONResponse(view, status_code=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @app.get("/deployment/", dependencies=read_auth, summary="LIST: every model being scaled")

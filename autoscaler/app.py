@@ -90,6 +90,7 @@ class App:
             elector=self._elector(config),
             target_name=self._target_name(config),
             store=self._store(config),
+            identity=self.identity,
         )
         self.controller.targets.set_config_target(config.model_id, config.scaler, self._config_target(config))
         self._stop = threading.Event()
@@ -148,7 +149,9 @@ class App:
         if spec.kind == "memory":
             return MemoryStore()
         api = k8s.CoreV1Api(self.kube())
-        return ConfigMapStore(api, spec.configmap, spec.namespace, timeout=call_timeout(config))
+        # A write through the API may retry conflicts for one loop interval, what its 503's Retry-After says.
+        return ConfigMapStore(api, spec.configmap, spec.namespace, timeout=call_timeout(config),
+                              budget=config.loop.interval)  # fmt: skip
 
     @staticmethod
     def _config_target(config: AutoscalerConfig) -> str:

@@ -235,7 +235,7 @@ class SourceSpec:
 
 @dataclass(frozen=True)
 class ActuatorSpec:
-    """What is scaled: a Deployment's scale subresource, Triton's instance count, or nothing (dry run)."""
+    """What is scaled: a Deployment's replicas, Triton's instance count, or nothing (dry run)."""
 
     kind: ActuatorKind = "kubernetes"
     deployment: str = "triton"

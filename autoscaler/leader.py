@@ -102,6 +102,8 @@ class LeaseElector:
             verb = "acquired" if leading else "lost"
             log.warning("%s %s %s%s", self.identity, verb, self._where, f": {why}" if why else "")
         self.leading = leading
+        if not leading and self.holder == self.identity:
+            self.holder = ""  # the Lease may still name us, but we no longer act: the next read says who
         return leading
 
     def _failed(self, e: KubeError) -> bool:
@@ -174,10 +176,24 @@ class LeaseElector:
 
     def check(self, now: float) -> bool:
         """Whether this replica may still act at ``now``; a leader past its renew deadline steps down."""
-        if self.leading and now - self._renewed_at >= self.renew_deadline:
+        if self.leading and not self.leads_at(now):
             deadline = self.renew_deadline
             self._set_leading(False, f"not renewed within the {deadline:g} s renew deadline")
         return self.leading
+
+    def leads_at(self, now: float) -> bool:
+        """Whether this replica leads at ``now`` by its own clock (within its renew deadline); changes nothing,
+        so another thread (the REST API's) may ask between two rounds."""
+        return self.leading and now - self._renewed_at < self.renew_deadline
+
+    def leader_at(self, now: float) -> str:
+        """Who leads at ``now`` as far as this replica knows: itself while :meth:`leads_at`, else the
+        holder it last read ("" when none is known). Never itself once past its renew deadline: the
+        Lease may still name it, but it has stopped acting, and a client sent back to it would wait
+        for nothing."""
+        if self.leads_at(now):
+            return self.identity
+        return "" if self.holder == self.identity else self.holder
 
     def _try(self, now: float, timeout: float) -> bool:
         try:

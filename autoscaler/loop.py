@@ -53,11 +53,14 @@ class Controller:
         target_name: Callable[[Registration], str] = lambda r: r.target_name,
         policies: Callable[[ScalerSpec], Policy] = build_policy,
         store: TargetStore | None = None,
+        identity: str = "",
     ) -> None:
         """``target_name`` maps a registration to what the actuator scales (its model, for Triton);
         ``policies`` builds a target's policy from its ``scaler`` (``scaler.type`` picks it);
-        ``store`` keeps the API's targets (in memory when not given)."""
+        ``store`` keeps the API's targets (in memory when not given); ``identity`` names this
+        replica (the pod) where no elector does."""
         self.source = source
+        self.identity = identity
         self.actuator = actuator
         self.telemetry = telemetry
         self.elector = elector
@@ -67,6 +70,13 @@ class Controller:
             on_remove=self._forget,
         )  # fmt: skip
         telemetry.is_leader.set(0 if elector else 1)
+
+    def leader(self) -> str:
+        """Who leads now, by this replica's clock: its own name while it may act, else the replica it
+        last read in the Lease ("" when none is known). Without leader election, this replica."""
+        if self.elector is None:
+            return self.identity
+        return self.elector.leader_at(self._clock())
 
     def _forget(self, model_id: str) -> None:
         forget = getattr(self.source, "forget", None)

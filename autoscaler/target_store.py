@@ -9,9 +9,10 @@ function that checks them against the set it is given).
 - :class:`ConfigMapStore`: one key per target in a ConfigMap the chart owns, its value the
   registration as JSON (``to_dict`` of :class:`~autoscaler.config.Registration`). Every replica
   reads it; a change is a merge patch of the keys it changes that carries the ``resourceVersion``
-  just read, so the API server refuses (409) a write based on a set another replica has changed
-  since, and the change is worked out again on the new set, up to ``retries`` times. A key whose value does not parse (a
-  hand edit) is logged and left as it is; it scales nothing.
+  just read, so the API server refuses (409) a write based on a set another writer has changed
+  since, and the change is worked out again on the new set after a wait that grows, with jitter
+  (:mod:`autoscaler.backoff`), for as long as the update's ``budget`` allows. A key whose value
+  does not parse (a hand edit) is logged and left as it is; it scales nothing.
 
 Every failure to reach the stored set is a :class:`StoreUnavailable` with a one-line message: the
 REST API answers it with 503, the loop keeps the targets it read last.
@@ -21,12 +22,15 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from kubernetes import client as k8s
 
+from autoscaler.backoff import CONFLICT_BACKOFF, Backoff, Retries
 from autoscaler.config import ConfigError, Registration, parse_registration, to_dict
 from autoscaler.kube import KubeError, call
 from autoscaler.safe_parse import loads_json
@@ -89,23 +93,40 @@ def encode(registration: Registration) -> str:
 
 
 class ConfigMapStore:
-    """The targets in ConfigMap ``namespace/name``, which must exist (the chart creates it)."""
+    """The targets in ConfigMap ``namespace/name``, which must exist (the chart creates it).
+
+    ``timeout`` bounds each call; ``budget`` one :meth:`update`, its conflict retries and their waits
+    included. ``clock``, ``sleep`` and ``draw`` (the jitter's random numbers) are the retries' own,
+    injectable for tests.
+    """
 
     def __init__(
-        self, api: k8s.CoreV1Api, name: str, namespace: str, *, timeout: float = 5.0, retries: int = 5
+        self,
+        api: k8s.CoreV1Api,
+        name: str,
+        namespace: str,
+        *,
+        timeout: float = 5.0,
+        budget: float = 5.0,
+        backoff: Backoff = CONFLICT_BACKOFF,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        draw: Callable[[], float] = random.random,
     ) -> None:
         self._api = api
         self.name = name
         self.namespace = namespace
         self.timeout = timeout
-        self.retries = retries
+        self.budget = budget
+        self.backoff = backoff
+        self._clock, self._sleep, self._draw = clock, sleep, draw
         self.where = f"configmap {namespace}/{name}"
         self._bad: dict[str, str] = {}  # key -> the value last logged as unreadable
 
-    def _get(self) -> k8s.V1ConfigMap:
+    def _get(self, timeout: float | None = None) -> k8s.V1ConfigMap:
         try:
             return call(f"cannot read the targets in {self.where}", self._api.read_namespaced_config_map,
-                        self.name, self.namespace, timeout=self.timeout)  # fmt: skip
+                        self.name, self.namespace, timeout=timeout or self.timeout)  # fmt: skip
         except KubeError as e:
             hint = ""
             if e.status == 404:
@@ -141,8 +162,9 @@ class ConfigMapStore:
         return self._parse(self._get().data or {})
 
     def update(self, change: Change) -> dict[str, Registration]:
-        for _ in range(self.retries + 1):
-            config_map = self._get()
+        retries = Retries(self.budget, self.backoff, clock=self._clock, draw=self._draw)
+        while True:
+            config_map = self._get(retries.call_timeout(self.timeout))
             current = self._parse(config_map.data or {})
             wanted = change(current)
             if wanted == current:
@@ -158,13 +180,19 @@ class ConfigMapStore:
             body = {"metadata": {"resourceVersion": version}, "data": data}
             try:
                 call(f"cannot write the targets to {self.where}", self._api.patch_namespaced_config_map,
-                     self.name, self.namespace, body, timeout=self.timeout,
+                     self.name, self.namespace, body, timeout=retries.call_timeout(self.timeout),
                      _content_type=_MERGE_PATCH)  # fmt: skip
             except KubeError as e:
-                if e.status == 409:
-                    log.info("%s changed since it was read (409 Conflict); reading it again", self.where)
-                    continue
-                raise StoreUnavailable(str(e)) from e
+                if e.status != 409:
+                    raise StoreUnavailable(str(e)) from e
+                wait = retries.next_wait()
+                if wait is None:
+                    raise StoreUnavailable(
+                        f"cannot write the targets to {self.where}: another writer changed it before each of "
+                        f"{retries.retries + 1} writes in {retries.elapsed():.1f} s (409 Conflict); try again"
+                    ) from e
+                log.info("%s changed since it was read (409 Conflict); reading it again in %.0f ms",
+                         self.where, wait * 1000)  # fmt: skip
+                self._sleep(wait)
+                continue
             return dict(wanted)
-        raise StoreUnavailable(f"cannot write the targets to {self.where}: still conflicting after "
-                               f"{self.retries} retries")  # fmt: skip

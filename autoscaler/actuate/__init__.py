@@ -2,17 +2,18 @@
 
 This package owns changing the world and nothing else. Implementations of :class:`Actuator`:
 
-- :class:`~autoscaler.actuate.kubernetes.DeploymentScaler`: a Deployment's ``scale`` subresource
-  through the official ``kubernetes`` client (horizontal scaling, the thesis's mechanism);
+- :class:`~autoscaler.actuate.kubernetes.DeploymentScaler`: a Deployment's replica count through the
+  official ``kubernetes`` client (horizontal scaling, the thesis's mechanism);
 - :class:`~autoscaler.actuate.triton.TritonInstanceScaler`: a model's instance count through Triton's
   model-control API (in-place scaling on one node, the seeds' Sponge/Biscale);
 - :class:`RecordingActuator`: changes nothing and remembers what it was asked (``actuator.kind: none``,
   a dry run that logs decisions).
 
-Manual changes: an actuator remembers what it last set. When it observes something else, a person
-(or another controller) changed the target: :meth:`Actuator.observe` says so in
-:attr:`Observed.external`, the loop logs it, takes the observed count as current and decides from
-there; it does not snap back to its own last value.
+Manual changes: an actuator remembers what it last set (the Kubernetes one on the Deployment, where a
+replica that takes the Lease over finds it; the Triton one in memory, :class:`LastSet`). When it
+observes something else, a person (or another controller) changed the target:
+:meth:`Actuator.observe` says so in :attr:`Observed.external`, the loop logs it, takes the observed
+count as current and decides from there; it does not snap back to its own last value.
 """
 
 from __future__ import annotations

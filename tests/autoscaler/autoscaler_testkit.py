@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import shutil
 import socket
 import subprocess
 import threading
@@ -16,6 +15,8 @@ from pathlib import Path
 import httpx
 import kmock
 import yaml
+from external_tools import PROMETHEUS, require
+from fake_apiserver import deployment
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
 from prometheus_client import Histogram as PromHistogram
@@ -222,11 +223,8 @@ class KubeEmulator:
 
     def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
         self.objects["apps/v1/deployments", namespace, name] = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
+            **deployment(name, replicas),
             "metadata": {"name": name, "namespace": namespace, "resourceVersion": "1"},
-            "spec": {"replicas": replicas},
-            "status": {"replicas": replicas},
         }
 
     def replicas(self, name: str, namespace: str = "default") -> int:
@@ -254,7 +252,7 @@ class PrometheusServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> PrometheusServer:
-        binary = shutil.which("prometheus") or "/usr/bin/prometheus"
+        binary = require(PROMETHEUS)
         with open(self._log, "wb") as log:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={self._config}", f"--storage.tsdb.path={self._data}",

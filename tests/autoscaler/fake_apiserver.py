@@ -11,6 +11,8 @@ meet in a cluster. Enough for ConfigMaps, Leases and a Deployment's ``scale`` su
 
 ``stop()`` closes the port (clients see connection refused, as when the API server is down) and
 ``start()`` opens the same port again. ``requests`` records (method, path) of every request.
+``storm()`` lets another writer change an object just before each of the next writes to it, so each
+of those writes, carrying the version read before, is refused 409 as the API server refuses it.
 """
 
 from __future__ import annotations
@@ -53,12 +55,29 @@ def status(code: int, reason: str, message: str) -> dict[str, Any]:
             "message": message}  # fmt: skip
 
 
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    """An apps/v1 Deployment as the API server returns it (the client requires selector and template)."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": {"containers": [{"name": name, "image": "x"}]}},
+        },
+        "status": {"replicas": replicas},
+    }
+
+
 class FakeApiServer:
     """Namespaced objects in memory, served on a loopback port; ``objects[(plural, ns, name)]``."""
 
     def __init__(self) -> None:
         self.objects: dict[Key, dict[str, Any]] = {}
         self.requests: list[tuple[str, str]] = []
+        self._storms: dict[Key, float] = {}  # key -> writes still to be overtaken
         self._version = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -88,14 +107,28 @@ class FakeApiServer:
                                            "data": dict(data or {})})  # fmt: skip
 
     def add_deployment(self, name: str, replicas: int, namespace: str = "default") -> None:
-        self.put("deployments", namespace, {"apiVersion": "apps/v1", "kind": "Deployment",
-                                            "metadata": {"name": name}, "spec": {"replicas": replicas}})  # fmt: skip
+        self.put("deployments", namespace, deployment(name, replicas))
+
+    def annotations(self, plural: str, name: str, namespace: str = "default") -> dict[str, str]:
+        return dict(self.objects[plural, namespace, name]["metadata"].get("annotations") or {})
 
     def replicas(self, name: str, namespace: str = "default") -> int:
         return int(self.objects["deployments", namespace, name]["spec"]["replicas"])
 
     def data(self, name: str, namespace: str = "default") -> dict[str, str]:
         return dict(self.objects["configmaps", namespace, name].get("data") or {})
+
+    def storm(self, plural: str, name: str, writes: float = float("inf"), namespace: str = "default") -> None:
+        """Another writer (an operator's script, a controller) changes the object just before each of
+        the next ``writes`` writes to it: each of them is refused with 409 Conflict."""
+        with self._lock:
+            self._storms[plural, namespace, name] = writes
+
+    def _overtaken(self, key: Key, obj: dict[str, Any]) -> None:
+        """The other writer's change, if a storm is on: a new resourceVersion (the lock is held)."""
+        if self._storms.get(key, 0) > 0:
+            self._storms[key] -= 1
+            obj["metadata"]["resourceVersion"] = self._next_version()
 
     # -- HTTP ------------------------------------------------------------------------------------
 
@@ -117,6 +150,8 @@ class FakeApiServer:
             obj = self.objects.get(key)
             if obj is None:
                 return 404, status(404, "NotFound", f'{plural} "{name}" not found')
+            if method != "GET":
+                self._overtaken(key, obj)
             if sub == "scale":
                 return self._scale(method, obj, body)
             if method == "GET":

@@ -32,6 +32,7 @@ from autoscaler.telemetry import Telemetry
 pytestmark = pytest.mark.integration
 
 LEASES = "coordination.k8s.io/v1/leases"
+DEPLOYMENTS = "apps/v1/deployments"
 SERVER_ERROR = {"kind": "Status", "apiVersion": "v1", "code": 500, "reason": "InternalError",
                 "message": "etcd is unavailable"}  # fmt: skip
 
@@ -66,7 +67,7 @@ def test_an_unreachable_api_server_is_one_line_errors(part):
     if part == "deployment":
         with pytest.raises(ActuationError) as error:
             DeploymentScaler(k8s.AppsV1Api(api), "default", timeout=0.5).observe("triton")
-        want = "cannot read the scale of deployment default/triton: Kubernetes API unreachable (Connection refused)"
+        want = "cannot read deployment default/triton: Kubernetes API unreachable (Connection refused)"
     else:
         with pytest.raises(SourceError) as error:
             EndpointSliceTargets(k8s.DiscoveryV1Api(api), "triton", "default", "metrics", timeout=0.5).targets()
@@ -89,7 +90,7 @@ def test_a_silent_api_server_costs_one_timeout_per_call():
 
 
 def test_api_server_answering_500_holds_the_replicas_and_is_counted(cluster):
-    cluster.emulator["get", kmock.subresource("scale")] << 500 << SERVER_ERROR
+    cluster.emulator["get", kmock.resource(DEPLOYMENTS)] << 500 << SERVER_ERROR
     cluster.emulator["get", kmock.resource(LEASES)] << 500 << SERVER_ERROR
     pod = PodMetrics()
     try:
@@ -116,8 +117,8 @@ def test_api_server_answering_500_holds_the_replicas_and_is_counted(cluster):
     assert not list(cluster.emulator["patch"])
 
 
-def test_a_500_on_the_scale_subresource_is_an_actuation_error(cluster):
-    cluster.emulator["patch", kmock.subresource("scale")] << 500 << SERVER_ERROR
+def test_a_500_on_the_deployment_is_an_actuation_error(cluster):
+    cluster.emulator["patch", kmock.resource(DEPLOYMENTS)] << 500 << SERVER_ERROR
     scaler = DeploymentScaler(k8s.AppsV1Api(cluster.autoscaler_client()), "default", timeout=0.5)
     with pytest.raises(ActuationError, match=r"cannot scale deployment default/triton to 3: HTTP 500"):
         scaler.scale("triton", 3, expected=2)

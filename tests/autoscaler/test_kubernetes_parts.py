@@ -1,25 +1,30 @@
-"""The official kubernetes client over real HTTP against kmock's emulator: scale, discovery, Lease."""
+"""The official kubernetes client over real HTTP against kmock's emulator and the tests' own API server:
+scale, discovery, Lease."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 import yaml
 from autoscaler_testkit import FakeClock, KubeEmulator, PodMetrics
+from fake_apiserver import FakeApiServer
 from kubernetes import client as k8s
 
 from autoscaler import __version__
-from autoscaler.actuate import ActuationError
-from autoscaler.actuate.kubernetes import DeploymentScaler
+from autoscaler.actuate import ActuationError, Observed
+from autoscaler.actuate.kubernetes import REPLICAS_ANNOTATION, DeploymentScaler
 from autoscaler.app import App
 from autoscaler.collect import SourceError
 from autoscaler.collect.direct import EndpointSliceTargets
 from autoscaler.config import parse_config
-from autoscaler.kube import KubeConfigError, api_client
+from autoscaler.kube import KubeConfigError, api_client, new_client
 from autoscaler.leader import LeaseElector
 
 pytestmark = pytest.mark.integration
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 CONFLICT = {"apiVersion": "v1", "kind": "Status", "code": 409, "reason": "Conflict",
             "message": "the object has been modified"}  # fmt: skip
@@ -31,43 +36,92 @@ def cluster():
         yield emulator
 
 
-def test_scale_subresource_is_read_and_patched(cluster):
+def test_the_deployment_is_patched_with_the_count_and_the_annotation_recording_it(cluster):
     cluster.add_deployment("triton", replicas=2)
     scaler = DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default")
     assert scaler.observe("triton").replicas == 2
     assert scaler.scale("triton", 3, expected=2) == 3
     assert cluster.replicas("triton") == 3
     patch = list(cluster.emulator["patch"])[-1]
-    assert patch.subresource == "scale"
-    assert patch.data == {"metadata": {"resourceVersion": "1"}, "spec": {"replicas": 3}}
+    assert patch.subresource is None
+    assert patch.data == {
+        "metadata": {"annotations": {REPLICAS_ANNOTATION: "3"}, "resourceVersion": "1"},
+        "spec": {"replicas": 3},
+    }
     assert patch.headers["Content-Type"] == "application/merge-patch+json"
+    for doc in ("autoscaler.md", "helm.md"):  # where operators read what the annotation means
+        assert f"`{REPLICAS_ANNOTATION}`" in (DOCS / doc).read_text(encoding="utf-8"), doc
 
 
-def test_a_409_conflict_is_read_again_and_retried(cluster):
-    cluster.add_deployment("triton", replicas=1)
-    cluster.emulator["patch", kmock_scale()][:1] << 409 << refuse(cluster, 1) << CONFLICT
-    scaler = DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default")
-    assert scaler.scale("triton", 2, expected=1) == 2
-    assert len(list(cluster.emulator["patch"])) == 2
-    assert cluster.replicas("triton") == 2
+@pytest.fixture
+def api_server():
+    """The tests' own API server: it refuses a write carrying an old resourceVersion with 409."""
+    with FakeApiServer() as server:
+        server.add_deployment("triton", replicas=1)
+        yield server
 
 
-def refuse(cluster, replicas):
-    """kmock stores every patch before its reactions run; a real API server writes nothing on 409."""
+def scaler_on(server: FakeApiServer, waits: list[float], budget: float = 1.0) -> DeploymentScaler:
+    """A scaler whose waits between conflict retries move a fake clock (kept in ``waits``)."""
+    clock = FakeClock()
 
-    def undo(request):
-        cluster.objects["apps/v1/deployments", "default", "triton"].patch({"spec": {"replicas": replicas}})
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        clock.advance(seconds)
 
-    return undo
+    api = k8s.AppsV1Api(new_client(k8s.Configuration(host=server.url)))
+    return DeploymentScaler(api, "default", timeout=1.0, budget=budget, clock=clock, sleep=sleep, draw=lambda: 0.5)
 
 
-def test_conflicts_that_never_end_are_an_error(cluster):
-    cluster.add_deployment("triton", replicas=1)
-    cluster.emulator["patch", kmock_scale()] << 409 << refuse(cluster, 1) << CONFLICT
-    scaler = DeploymentScaler(k8s.AppsV1Api(cluster.client()), "default", retries=2)
-    with pytest.raises(ActuationError, match="HTTP 409"):
-        scaler.scale("triton", 2, expected=1)
-    assert len(list(cluster.emulator["patch"])) == 3
+def test_a_409_conflict_is_read_again_and_retried_after_a_wait(api_server):
+    waits: list[float] = []
+    api_server.storm("deployments", "triton", writes=2)  # a rollout's status updates, say
+    assert scaler_on(api_server, waits).scale("triton", 2, expected=1) == 2
+    assert api_server.replicas("triton") == 2
+    assert api_server.annotations("deployments", "triton") == {REPLICAS_ANNOTATION: "2"}
+    assert [m for m, _ in api_server.requests].count("PATCH") == 3
+    assert waits == pytest.approx([0.015, 0.03])
+
+
+def test_conflicts_that_outlast_the_budget_are_an_error(api_server):
+    waits: list[float] = []
+    api_server.storm("deployments", "triton")
+    with pytest.raises(ActuationError) as error:
+        scaler_on(api_server, waits, budget=0.5).scale("triton", 2, expected=1)
+    assert str(error.value) == (
+        "cannot scale deployment default/triton to 2: another writer changed it before each of 6 writes "
+        "in 0.4 s (409 Conflict)"
+    )
+    assert sum(waits) <= 0.5 and len(waits) == 5
+    assert api_server.replicas("triton") == 1
+
+
+def test_a_new_leader_tells_its_predecessors_count_from_a_persons(api_server, caplog):
+    """Two replicas' scalers on one Deployment: "b" led first and saw 1; "a" led and scaled to 4; "b",
+    leading again, finds 4 recorded on the Deployment: not a change made outside the autoscaler."""
+    apps = k8s.AppsV1Api(new_client(k8s.Configuration(host=api_server.url)))
+    a, b = DeploymentScaler(apps, "default"), DeploymentScaler(apps, "default")
+    assert b.observe("triton") == Observed(1)
+    assert a.observe("triton") == Observed(1)
+    assert a.scale("triton", 4, expected=1) == 4
+    with caplog.at_level(logging.WARNING):
+        assert b.observe("triton") == Observed(4)
+        assert caplog.text == ""
+        api_server.objects["deployments", "default", "triton"]["spec"]["replicas"] = 2  # kubectl scale
+        assert b.observe("triton") == Observed(2, external=True, previous=4)
+        assert b.observe("triton") == Observed(2)  # said once
+    assert caplog.text.count("changed outside the autoscaler: 2 replicas, the autoscaler last set 4") == 1
+    assert f"annotation {REPLICAS_ANNOTATION}" in caplog.text
+    assert b.scale("triton", 3, expected=2) == 3
+    assert api_server.annotations("deployments", "triton") == {REPLICAS_ANNOTATION: "3"}
+    assert a.observe("triton") == Observed(3)  # b's change, not a person's
+
+
+@pytest.mark.parametrize("value", ["", "four", "-1", "²", "9" * 30])
+def test_an_annotation_that_is_not_a_count_is_no_reference(api_server, value):
+    api_server.objects["deployments", "default", "triton"]["metadata"]["annotations"] = {REPLICAS_ANNOTATION: value}
+    apps = k8s.AppsV1Api(new_client(k8s.Configuration(host=api_server.url)))
+    assert DeploymentScaler(apps, "default").observe("triton") == Observed(1)
 
 
 def test_a_manual_change_is_logged_and_not_overwritten(cluster, caplog):
@@ -193,12 +247,6 @@ def test_api_errors_mean_not_leading_once_the_renew_deadline_passes(cluster):
     b = elector(cluster, "b")
     assert b.tick(11.0) is False  # a candidate that cannot read the Lease does not lead
     assert "HTTP 500" in b.error
-
-
-def kmock_scale():
-    import kmock
-
-    return kmock.subresource("scale")
 
 
 def kmock_slices():

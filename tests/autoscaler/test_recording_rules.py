@@ -18,18 +18,16 @@ from autoscaler.collect.promql import PrometheusSource
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helm"))
 
-from helm_testkit import NAMESPACE, SETUP_HINT, Helm, Rendered, find_helm  # noqa: E402
+from external_tools import HELM, require  # noqa: E402
+from helm_testkit import NAMESPACE, Helm, Rendered  # noqa: E402
 
 FAMILY = "nlg_time_per_output_token_seconds"
 
 
 def chart_rule_groups() -> list[dict]:
     """The PrometheusRule's groups as the chart renders them (evaluated every second for the test)."""
-    binary = find_helm()
-    if binary is None:
-        pytest.fail(f"helm not found: {SETUP_HINT}")
     values = {"monitoring": {"enabled": True, "interval": "1s"}, "autoscaler": {"source": {"kind": "prometheus"}}}
-    rendered = Rendered.parse(Helm(binary).template(values=values))
+    rendered = Rendered.parse(Helm(require(HELM)).template(values=values))
     groups: list[dict] = rendered.one("PrometheusRule")["spec"]["groups"]
     return groups
 

@@ -11,19 +11,23 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import threading
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from autoscaler_testkit import FakeClock, PodMetrics, free_port
+from autoscaler_testkit import FakeClock, Partition, PodMetrics, free_port
 from fake_apiserver import FakeApiServer
 from fastapi.testclient import TestClient
 from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
+from autoscaler.actuate.kubernetes import REPLICAS_ANNOTATION
 from autoscaler.api import create_app
 from autoscaler.app import App
+from autoscaler.backoff import Backoff, Retries
 from autoscaler.config import ConfigError, Registration, parse_config
 from autoscaler.kube import new_client
 from autoscaler.target_store import ConfigMapStore, MemoryStore, StoreUnavailable, encode
@@ -71,8 +75,8 @@ def config(pods, **extra):
 class Replica:
     """One autoscaler pod: its App (not started: the test runs its rounds) and its REST API."""
 
-    def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock) -> None:
-        kube = new_client(k8s.Configuration(host=cluster.url))
+    def __init__(self, name: str, cluster: FakeApiServer, pods, clock: FakeClock, url: str = "") -> None:
+        kube = new_client(k8s.Configuration(host=url or cluster.url))
         self.app = App(config(pods), kube=kube, identity=name, clock=clock)
         self.api = TestClient(create_app(self.app.controller, "token", retry_after=INTERVAL))
         self.api.headers["Authorization"] = "Bearer token"
@@ -94,8 +98,8 @@ def replicas(cluster, pods):
     clock = FakeClock()
     made: list[Replica] = []
 
-    def make(name: str) -> Replica:
-        made.append(Replica(name, cluster, pods, clock))
+    def make(name: str, url: str = "") -> Replica:
+        made.append(Replica(name, cluster, pods, clock, url))
         return made[-1]
 
     a, b = make("a"), make("b")
@@ -179,6 +183,108 @@ def test_the_standby_refuses_writes_naming_the_leader_and_answers_reads(replicas
     assert b.api.get("/healthz").json() == {"status": "ok", "leader": False}
 
 
+@pytest.fixture
+def cut_off_leader(cluster, pods):
+    """Replicas "a" (the leader, reaching the API server through a link the test cuts) and "b"."""
+    clock = FakeClock()
+    link = Partition(cluster.url.removeprefix("http://"))
+    a, b = Replica("a", cluster, pods, clock, link.url), Replica("b", cluster, pods, clock)
+    a.round()
+    b.round()
+    assert (a.app.controller.elector.leading, b.app.controller.elector.leading) == (True, False)
+    yield a, b, clock, link
+    link.cut.clear()
+    for replica in (a, b):
+        replica.stop()
+    link.close()
+
+
+def leader_named(answer: httpx.Response) -> str | None:
+    assert answer.status_code == 503, answer.text
+    leader: str | None = answer.json()["detail"]["leader"]
+    return leader
+
+
+def test_a_leader_cut_off_names_itself_until_its_renew_deadline_then_never(cut_off_leader, cluster):
+    """Its renewal fails; it leads on by its own clock until the renew deadline (4 s of the 6 s
+    lease), and its store errors say so. From the deadline on it never names itself, though the
+    Lease still does, until it reads the Lease again and names the replica that took it over."""
+    a, b, clock, link = cut_off_leader
+    renewed = clock.now
+    deadline = renewed + a.app.controller.elector.renew_deadline
+    link.cut.set()
+    clock.advance(1.0)
+    a.round()  # the renewal times out: still leading (its next round is before the deadline)
+    assert a.app.controller.elector.leading
+    store_error = a.api.post("/deployment/", json=BERT)
+    assert leader_named(store_error) == "a"
+    assert store_error.json()["detail"]["error"].startswith(f"cannot read the targets in configmap default/{STORE}")
+    assert a.api.get("/healthz").json()["leader"] is True
+
+    clock.now = deadline  # no round since: by its own clock it leads no more
+    standby = a.api.post("/deployment/", json=BERT)
+    assert leader_named(standby) is None
+    assert "this replica ('a') is a standby" in standby.json()["detail"]["error"]
+    assert "no leader is known (cannot read lease default/" in standby.json()["detail"]["error"]
+    a.round()  # steps down
+    assert not a.app.controller.elector.leading
+    assert cluster.objects["leases", "default", "nlg-autoscaler"]["spec"]["holderIdentity"] == "a"
+    assert leader_named(a.api.delete("/deployment/bert/")) is None
+
+    clock.now = renewed + LEASE + 0.5  # b saw the Lease last change at `renewed`: it takes over
+    b.round()
+    assert b.app.controller.elector.leading
+    assert leader_named(a.api.put("/deployment/bert/", json=BERT)) is None  # a cannot read who
+    link.cut.clear()
+    clock.advance(0.5)
+    a.round()
+    assert leader_named(a.api.put("/deployment/bert/", json=BERT)) == "b"
+    assert b.api.put("/deployment/bert/", json=BERT).status_code == 201
+
+
+def test_after_failovers_the_leader_counts_only_a_persons_change_as_made_outside(cut_off_leader, cluster, pods):
+    """a leads and sees bert at 1; cut off, it loses the Lease to b, which scales bert to 4; b stops and
+    a leads again. The 4 is recorded on the Deployment as the autoscaler's, so a takes it as its
+    predecessor's, not as a change made outside; a person's change after that is one."""
+    a, b, clock, link = cut_off_leader
+    assert a.api.post("/deployment/", json=BERT).status_code == 201
+    clock.advance(0.5)
+    assert a.round() == []
+    assert a.targets.view("bert")["replicas"]["current"] == 1
+    link.cut.set()
+    clock.advance(0.5)
+    b.round()  # sees a's last renewal
+    clock.advance(LEASE + 0.1)  # and no change of the Lease since: b takes it over
+    b.round()
+    assert b.app.controller.elector.leading
+    scale_up_bert(b, clock, pods[1])
+    assert cluster.replicas("bert") == 4
+    assert cluster.annotations("deployments", "bert") == {REPLICAS_ANNOTATION: "4"}
+    a.round()  # past its renew deadline, and the Lease is b's now
+    assert not a.app.controller.elector.leading
+    link.cut.clear()
+    b.stop()  # releases the Lease
+    clock.advance(0.5)
+    pods[1].serve(0.025, n=5)  # on target: nothing to change
+    a.round()
+    assert a.app.controller.elector.leading
+    external = 'nlg_autoscaler_external_changes_total{model="bert"}'
+    assert a.targets.view("bert")["replicas"]["current"] == 4
+    assert sample(a, external) == 0
+    cluster.objects["deployments", "default", "bert"]["spec"]["replicas"] = 2  # kubectl scale
+    clock.advance(0.5)
+    a.round()
+    assert sample(a, external) == 1
+
+
+def sample(replica: Replica, series: str) -> float:
+    """One sample of the replica's registry, named as the exposition writes it: ``name{label="value"}``."""
+    name, _, labels = series.partition("{")
+    pairs = dict(p.split("=") for p in labels.rstrip("}").split(",")) if labels else {}
+    value = replica.app.registry.get_sample_value(name, {k: v.strip('"') for k, v in pairs.items()})
+    return value or 0.0
+
+
 def test_a_conflicting_target_posted_to_the_other_replica_is_refused(replicas):
     a, b, clock, _ = replicas
     assert a.api.post("/deployment/", json=BERT).status_code == 201
@@ -223,6 +329,139 @@ def test_a_write_that_raced_another_is_worked_out_again_on_the_new_set(cluster):
     assert set(cluster.data(STORE)) == {"x", "y"}
     writes = [path for method, path in cluster.requests if method == "PATCH"]
     assert len(writes) == 3  # second's, first's refused one, first's retry
+
+
+class Waits:
+    """A store's clock and sleep in a test: sleeping moves the fake clock, and each wait is kept."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.slept: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.clock.advance(seconds)
+
+
+def waiting_store(cluster, waits: Waits, budget: float = INTERVAL, draw=lambda: 0.5) -> ConfigMapStore:
+    api = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    return ConfigMapStore(api, STORE, "default", budget=budget, clock=waits.clock, sleep=waits.sleep, draw=draw)
+
+
+def test_a_conflict_storm_is_retried_after_growing_jittered_waits(cluster):
+    waits = Waits()
+    store = waiting_store(cluster, waits)
+    cluster.storm("configmaps", STORE, writes=5)  # someone else writes before each of our next 5
+    x = Registration(model_id="x")
+    assert store.update(lambda s: {**s, "x": x}) == {"x": x}
+    # 10 ms doubling, each stretched by the jitter's draw (0.5 here: half as long again).
+    assert waits.slept == pytest.approx([0.015, 0.03, 0.06, 0.12, 0.15])
+    assert [method for method, _ in cluster.requests].count("PATCH") == 6
+    assert set(cluster.data(STORE)) == {"x"}
+
+
+@pytest.mark.parametrize(("retry", "draw", "want"), [(1, 0.0, 0.01), (1, 0.999, 0.01999), (3, 0.0, 0.04),
+                                                     (5, 0.0, 0.1), (20, 0.5, 0.15)])  # fmt: skip
+def test_each_wait_doubles_up_to_its_cap_and_the_jitter_stretches_it(retry, draw, want):
+    assert Backoff().delay(retry, draw) == pytest.approx(want)
+
+
+def test_the_jitter_draws_differ_between_writers():
+    """Two writers that collided wait differently: the draws are random, not a fixed schedule."""
+    first = Retries(10.0, clock=FakeClock())
+    second = Retries(10.0, clock=FakeClock())
+    waits = [(first.next_wait(), second.next_wait()) for _ in range(4)]
+    assert any(a != b for a, b in waits)
+    assert all(0.01 * 2**i <= w < 0.02 * 2**i for i, pair in enumerate(waits) for w in pair)
+
+
+def test_a_storm_that_outlasts_the_budget_is_a_503_with_retry_after(replicas, cluster):
+    a, _, _, _ = replicas
+    assert a.targets.store.budget == INTERVAL  # the App gives a write one loop interval
+    waits = Waits()
+    a.targets.store = waiting_store(cluster, waits)
+    cluster.storm("configmaps", STORE)
+    answer = a.api.post("/deployment/", json=BERT)
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["Retry-After"] == "2"
+    assert answer.json()["detail"] == {
+        "error": f"cannot write the targets to configmap default/{STORE}: another writer changed it before each "
+                 "of 16 writes in 1.9 s (409 Conflict); try again",
+        "leader": "a",
+    }  # fmt: skip
+    # 15 ms, 30, 60, 120, then the cap's 150 ms: a 16th wait and write would end past the 2 s budget.
+    assert waits.slept == pytest.approx([0.015, 0.03, 0.06, 0.12] + [0.15] * 11)
+    assert sum(waits.slept) <= INTERVAL
+    assert cluster.data(STORE) == {}
+
+
+@pytest.mark.e2e
+def test_puts_succeed_while_an_operator_patches_the_configmap_200_times_a_second(replicas, cluster):
+    """The field report's storm, on real clocks: a script merge-patches the ConfigMap every 5 ms while
+    PUTs go to the leader; each PUT retries its conflicts within its budget."""
+    a, _, _, _ = replicas
+    puts = 64
+    operator = k8s.CoreV1Api(new_client(k8s.Configuration(host=cluster.url)))
+    stop = threading.Event()
+    patched = 0
+
+    def patch_forever() -> None:
+        nonlocal patched
+        while not stop.is_set():
+            body = {"metadata": {"annotations": {"example.com/touched": str(patched)}}}
+            operator.patch_namespaced_config_map(STORE, "default", body, _content_type="application/merge-patch+json")
+            patched += 1
+            stop.wait(0.005)
+
+    thread = threading.Thread(target=patch_forever)
+    thread.start()
+    started = time.monotonic()
+    try:
+        answers = [a.api.put(f"/deployment/m{i}/", json={**BERT, "model_id": f"m{i}", "deployment": f"m{i}"})
+                   for i in range(puts)]  # fmt: skip
+    finally:
+        stop.set()
+        thread.join()
+    took = time.monotonic() - started
+    codes = [r.status_code for r in answers]
+    refused = [r.json()["detail"]["error"] for r in answers if r.status_code == 503]
+    print(f"operator patches: {patched} in {took:.1f} s; PUTs: {codes.count(201)} stored, {len(refused)} 503")
+    # What a storm faster than a read and a write cannot always win is answered as the API promises:
+    # 503 with Retry-After and the reason, within the budget, nothing half-written.
+    assert set(codes) <= {201, 503}
+    # The budget's end: conflicts all along, or the last attempt's call cut at it (MIN_CALL past it at most).
+    ended = re.compile(r"before each of \d+ writes in (1\.\d|2\.[01]) s \(409 Conflict\)|did not answer within 0\.")
+    assert all(ended.search(e) for e in refused), refused
+    assert all(r.headers["Retry-After"] == "2" for r in answers if r.status_code == 503)
+    assert set(cluster.data(STORE)) == {f"m{i}" for i, code in enumerate(codes) if code == 201}
+    assert codes.count(201) > 0
+
+
+@pytest.mark.e2e
+def test_health_answers_while_a_write_waits_out_a_storm(cluster, pods):
+    """The running service: a write retrying conflicts for its budget holds no one else up."""
+    port = free_port()
+    app = App(config(pods, loop={"interval": 2.0}, api={"port": port, "auth": "none"}),
+              kube=new_client(k8s.Configuration(host=cluster.url)), identity="a")  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        app.start()
+        deadline = time.monotonic() + 10
+        while not httpx.get(f"{url}/healthz").json()["leader"]:
+            assert time.monotonic() < deadline, "a never led"
+            time.sleep(0.05)
+        cluster.storm("configmaps", STORE)
+        answers: list[httpx.Response] = []
+        post = lambda: answers.append(httpx.post(f"{url}/deployment/", json=BERT, timeout=10))  # noqa: E731
+        writer = threading.Thread(target=post)
+        writer.start()
+        time.sleep(0.3)  # the write is waiting between its retries now
+        assert writer.is_alive()
+        assert httpx.get(f"{url}/healthz", timeout=0.5).status_code == 200
+        writer.join()
+        assert answers[0].status_code == 503 and "409 Conflict" in answers[0].json()["detail"]["error"]
+    finally:
+        app.stop()
 
 
 class RacingStore:

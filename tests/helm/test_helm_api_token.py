@@ -27,6 +27,7 @@ KINDS = {
            ("serviceaccounts", "ServiceAccount")],
     "apps/v1": [("deployments", "Deployment")],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget")],
+    "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy")],
     "rbac.authorization.k8s.io/v1": [("roles", "Role"), ("rolebindings", "RoleBinding")],
 }  # fmt: skip
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from external_tools import PROMTOOL, require
 from helm_testkit import ROOT, validate_manifest
 
 from autoscaler.backend_check import backend_report
@@ -40,9 +40,7 @@ def test_the_recorded_series_are_the_ones_the_source_reads_for_the_backend(rende
     recorded = [r for group in rule["spec"]["groups"] for r in group["rules"]]
     series = recorded_series(BACKENDS["nlg" if backend == "auto" else backend])
     assert {r["record"] for r in recorded} == {recorded_name(s, "60s") for s in series}
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.skip("promtool not found: `bash scripts/setup --with-system` installs it")
+    promtool = require(PROMTOOL)
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
     done = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)

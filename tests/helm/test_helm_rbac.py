@@ -145,7 +145,7 @@ def test_default_role(render):
     assert render().one("Role", "-autoscaler")["rules"] == [
         {
             "apiGroups": ["apps"],
-            "resources": ["deployments/scale"],
+            "resources": ["deployments"],
             "resourceNames": [TRITON],
             "verbs": ["get", "patch"],
         },
@@ -216,6 +216,6 @@ def test_the_targets_configmap_is_the_one_the_config_names_and_the_role_allows(r
 )
 def test_api_targets_may_name_exactly_the_deployments_the_role_lets_it_scale(render, assignments, names):
     rendered = render(*[a for s in assignments for a in ("--set", s)])
-    rules = [r for r in rendered.one("Role", "-autoscaler")["rules"] if r["resources"] == ["deployments/scale"]]
+    rules = [r for r in rendered.one("Role", "-autoscaler")["rules"] if r["resources"] == ["deployments"]]
     assert [r["resourceNames"] for r in rules] == [names]
     assert list(rendered_config(rendered).api.deployments) == names

@@ -5,12 +5,12 @@ selectors this release's namespace plus prometheus.extraMatchers, and valid for 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
+from external_tools import PROMTOOL, require
 from helm_testkit import NAMESPACE, validate_manifest
 
 from autoscaler.collect.promql import RECORDED_SERIES, promql_duration, recorded_name
@@ -55,9 +55,7 @@ def test_the_rules_carry_the_monitoring_labels_and_interval(render):
 
 
 def test_promtool_accepts_the_rules(render, tmp_path: Path):
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        pytest.fail("promtool not found: `bash scripts/setup --with-system` installs Debian's prometheus, which has it")
+    promtool = require(PROMTOOL)
     rule = render(values={"monitoring": {"enabled": True}}).one("PrometheusRule")
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))

@@ -3,71 +3,11 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import pytest
 import yaml
 from helm_testkit import CHART, KUBE_VERSIONS, NAMESPACE, RELEASE, Helm, validate_builtin, validate_manifest
-
-# Each variant turns on templates the defaults leave off; ids name what they exercise.
-VARIANTS: dict[str, dict[str, Any]] = {
-    "defaults": {},
-    "keda": {"scaling": {"mode": "keda"}},
-    "keda-signals": {
-        "scaling": {"mode": "keda"},
-        "autoscaler": {
-            "policy": {
-                "type": "request",
-                "threshold": 2000,
-                "signals": [
-                    {"metric": "ttft_p99", "target": 2000},
-                    {"metric": "waiting_per_replica", "target": 4},
-                    {"metric": "kv_usage", "target": 0.9},
-                    {"metric": "pertoken_p90", "target": 30},
-                ],
-            }
-        },
-    },
-    "hpa-pods": {"scaling": {"mode": "hpa"}},
-    "hpa-external": {"scaling": {"mode": "hpa", "hpa": {"metricType": "External"}}},
-    "service-monitor": {"monitoring": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}}},
-    "pod-monitor-keda": {"monitoring": {"enabled": True, "kind": "PodMonitor"}, "scaling": {"mode": "keda"}},
-    "weights-pvc": {"weights": {"source": "pvc", "pvc": {"claimName": "gpt2-xl", "subPath": "gpt2-xl"}}},
-    "weights-init": {
-        "weights": {
-            "source": "initContainer",
-            "initContainer": {"image": {"repository": "registry.example/gpt2-xl-weights", "tag": "1"}},
-        }
-    },
-    "package-in-image": {
-        "package": {"delivery": "image", "modelRepository": "/opt/nlg/model_repository"},
-        "triton": {"image": {"repository": "registry.example/nlg-triton", "tag": "0.1.0", "suffix": ""}},
-    },
-    "autoscaler-minimal-rbac": {
-        "autoscaler": {
-            "source": {"kind": "prometheus"},
-            "actuator": {"kind": "none"},
-            "leader_election": {"enabled": False},
-            "api": {"port": 0},
-            "metrics": {"port": 0},
-        }
-    },
-    "autoscaler-triton-actuator": {"autoscaler": {"actuator": {"kind": "triton"}}},
-    "autoscaler-api-token": {"autoscaler": {"api": {"tokenSecret": {"name": "autoscaler-token"}}}},
-    "scheduling": {
-        "triton": {
-            "nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4"},
-            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-            "extraArgs": ["--log-info=true"],
-            "extraEnv": [{"name": "CUDA_MODULE_LOADING", "value": "LAZY"}],
-            "podAnnotations": {"example.com/team": "nlg"},
-        },
-        "model": {"settings": {"dtype": "float16", "max_num_seqs": 32}},
-        "imagePullSecrets": [{"name": "ngc"}],
-        "dashboard": {"enabled": False},
-        "podDisruptionBudget": {"enabled": False},
-    },
-}
+from variants import VARIANTS
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=list(VARIANTS))
@@ -92,6 +32,8 @@ def test_defaults_render_the_whole_release(render):
         ("Deployment", f"{base}-triton"),
         ("Service", f"{base}-triton"),
         ("PodDisruptionBudget", f"{base}-triton"),
+        ("NetworkPolicy", f"{base}-triton"),
+        ("NetworkPolicy", f"{base}-autoscaler"),
         ("Deployment", f"{base}-autoscaler"),
         ("Service", f"{base}-autoscaler"),
         ("ConfigMap", f"{base}-autoscaler"),

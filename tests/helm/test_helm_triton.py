@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
 import pytest
 from helm_testkit import HelmError, container, env_of, pod_spec
+from variants import VARIANTS
 
 from triton_backend.settings import DrainBudget
 
@@ -112,18 +119,69 @@ def test_model_package_is_copied_in_by_an_init_container(render):
     spec = triton_pod(render)
     package = container(spec, "package")
     assert package["image"] == "ghcr.io/nlg-serving/nlg-serving:0.1.0"
-    assert env_of(package) == {
-        "MODEL_REPOSITORY": "/opt/nlg/model_repository",
-        "SITE_PACKAGES": "/opt/nlg/site-packages",
-    }
-    assert mounts_by_path(package) == {
-        "/models": "model-repository",
-        "/opt/nlg/site-packages": "site-packages",
-    }
+    env = env_of(package)
+    assert (env["MODEL_REPOSITORY"], env["SITE_PACKAGES"]) == ("/opt/nlg/model_repository", "/opt/nlg/site-packages")
+    into = {env["MODEL_REPOSITORY_INTO"]: "model-repository", env["SITE_PACKAGES_INTO"]: "site-packages"}
+    assert mounts_by_path(package) == into
+    # A mount at (or above) a path the copy reads would hide what the image holds there.
+    for mount in into:
+        for source in (env["MODEL_REPOSITORY"], env["SITE_PACKAGES"]):
+            assert not Path(source).is_relative_to(mount) and not Path(mount).is_relative_to(source)
     triton = container(spec, "triton")
-    assert mounts_by_path(triton).items() >= mounts_by_path(package).items()
+    assert mounts_by_path(triton)["/models"] == "model-repository"
+    assert mounts_by_path(triton)["/opt/nlg/site-packages"] == "site-packages"
     assert env_of(triton)["PYTHONPATH"] == "/opt/nlg/site-packages"
     assert volume(spec, "model-repository")["emptyDir"] == {}
+
+
+@pytest.fixture
+def shared_tmp():
+    """A directory another user can enter (pytest's own are its user's alone)."""
+    path = Path(tempfile.mkdtemp(prefix="nlg-init-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+WEIGHTS_INIT = {"weights": VARIANTS["weights-init"]["weights"]}
+#: Per init container: its values, and (source, destination) variables of each copy it makes.
+COPIES = {
+    "package": ({}, [("MODEL_REPOSITORY", "MODEL_REPOSITORY_INTO"), ("SITE_PACKAGES", "SITE_PACKAGES_INTO")]),
+    "weights": (WEIGHTS_INIT, [("WEIGHTS_SOURCE", "NLG_WEIGHTS_PATH")]),
+}
+
+
+@pytest.mark.parametrize("name", COPIES)
+def test_an_init_containers_copy_runs_as_a_non_root_user_into_mount_points_it_does_not_own(render, shared_tmp, name):
+    """The rendered command, run here: each emptyDir's mount point belongs to root (as the kubelet
+    makes it, mode 0777) and the copy runs as another user, as in the restricted pod. Run as root,
+    the test takes the user `nobody`; otherwise it runs as itself (the mount points are then its own)."""
+    values, copies = COPIES[name]
+    init = container(triton_pod(render, values=values), name)
+    env = {**env_of(init), "PATH": os.environ["PATH"]}
+    for i, (source, into) in enumerate(copies):
+        tree = shared_tmp / f"image-{i}"
+        (tree / "gpt2" / "1").mkdir(parents=True)
+        (tree / "gpt2" / "config.pbtxt").write_text('backend: "python"\n')
+        (tree / ".hidden.pth").write_text("")
+        os.utime(tree / "gpt2" / "config.pbtxt", (1_000_000, 1_000_000))
+        mount = shared_tmp / f"into-{i}"
+        mount.mkdir()
+        mount.chmod(0o777)
+        env.update({source: str(tree), into: str(mount)})
+    user = {"user": "nobody", "group": "nogroup"} if os.geteuid() == 0 else {}
+    done = subprocess.run(init["command"], env=env, capture_output=True, text=True, timeout=60, **user)
+    assert done.returncode == 0, done.stderr
+    for _, into in copies:
+        copied = Path(env[into])
+        assert (copied / "gpt2" / "config.pbtxt").read_text() == 'backend: "python"\n'
+        assert (copied / "gpt2" / "1").is_dir() and (copied / ".hidden.pth").exists()
+        # Times kept: compiled bytecode in the image stays valid for the sources it was compiled from.
+        assert (copied / "gpt2" / "config.pbtxt").stat().st_mtime == 1_000_000
+    # A missing source fails the init container, naming the path.
+    env[copies[-1][0]] = str(shared_tmp / "nowhere")
+    failed = subprocess.run(init["command"], env=env, capture_output=True, text=True, timeout=60, **user)
+    assert failed.returncode != 0 and f"no directory {shared_tmp / 'nowhere'}" in failed.stderr
 
 
 def test_model_package_can_come_with_the_triton_image(render):

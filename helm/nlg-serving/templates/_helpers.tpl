@@ -46,6 +46,27 @@ app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* A container's securityContext under the Pod Security Standard "restricted": no privilege
+escalation, no capabilities, nothing written outside its volumes. */}}
+{{- define "nlg-serving.containerSecurity" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{/* A shell function for the init containers: `copy_into FROM INTO` copies FROM's entries (times and
+modes kept) into INTO, an emptyDir's mount point. Entry by entry: the mount point is root's, and a
+non-root user's `cp -a FROM/. INTO` fails setting its times. POSIX sh and cp, for any image. */}}
+{{- define "nlg-serving.copyInto" -}}
+copy_into() {
+  [ -d "$1" ] || { echo "no directory $1 to copy into $2" >&2; exit 1; }
+  for entry in "$1"/* "$1"/.[!.]* "$1"/..?*; do
+    if [ -e "$entry" ] || [ -L "$entry" ]; then cp -pPR "$entry" "$2"/; fi
+  done
+}
+{{- end }}
+
 {{- define "nlg-serving.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}

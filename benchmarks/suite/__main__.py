@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
+from benchmarks.suite import figure
 from benchmarks.suite.render import cell, render, verdict
 from benchmarks.suite.runner import DEFAULT, POLICIES, cpu_seconds, measure_shape
 from benchmarks.suite.shapes import SHAPES, SPLITS, shape
+
+FIGURES = harness.REPO / "benchmarks" / "figures"
 
 
 def measure(args: argparse.Namespace, old: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -72,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         data = measure(args, json.loads(Path(args.json).read_text()) if kept else None)
     if args.json:
         harness.write_json(args.json, data)
+    if args.report:
+        for split in SPLITS:
+            figure.draw(data, split, FIGURES / f"suite_{split}.png")
     harness.publish(render(data), args.report)
     return 0
 

@@ -155,6 +155,8 @@ def render(data: Mapping[str, Any]) -> str:
             "",
             *summary_table(data, split),
             "",
+            f"![each {split} shape's deciding window](figures/suite_{split}.png)",
+            "",
         ]
     lines += ["## Each shape", ""]
     for split in SPLITS:

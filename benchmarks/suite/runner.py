@@ -127,7 +127,25 @@ def summarize(shape: Shape, result: ProtocolResult, seconds: float) -> dict[str,
         "best_fixed": f"fixed:{best}" if best is not None else None,
         "bracketed": best is not None and (best == 1 or any(n == best - 1 for n, _ in fixed)),
         "policies": policies,
+        "deciding": deciding_window(result, [DEFAULT, "planner-v1", *([f"fixed:{best}"] if best else [])]),
         "seconds": round(seconds, 1),
+    }
+
+
+def deciding_window(result: ProtocolResult, shown: Sequence[str]) -> dict[str, Any]:
+    """The window where the default attains least (the one that decides its verdict): its index and length,
+    the oracle's count in each SLO interval of it, and the pods of each of ``shown`` over it."""
+    runs = {(r.key.policy, r.key.replicate): r for r in result.runs}
+    windows = [rep for rep in result.replicates if (DEFAULT, rep.index) in runs]
+    if not windows:
+        return {}
+    rep = min(windows, key=lambda w: runs[(DEFAULT, w.index)].summary.attainment_feasible)
+    return {
+        "window": rep.index,
+        "length": (rep.until or 0.0) - rep.since,
+        "interval": result.oracle.interval_s if result.oracle else 0.0,
+        "oracle": list(result.oracle_in(rep)),
+        "pods": {p: [list(point) for point in runs[(p, rep.index)].timeline] for p in shown if (p, rep.index) in runs},
     }
 
 

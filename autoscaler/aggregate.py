@@ -40,7 +40,7 @@ import math
 import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import add
 from typing import Any, Final, Generic, TypeVar
 
@@ -147,6 +147,10 @@ class WindowStats:
     pods: int
     span: float
     counters: Mapping[str, float] = field(default_factory=dict)
+    recent: WindowStats | None = field(default=None, compare=False, repr=False)
+    """The same over the last round alone (since the samples recorded before the newest), where the source
+    keeps every round's samples (the direct scrape, the simulator): a burst shorter than the window at its
+    own rate. None where it cannot be had (a Prometheus range shorter than its scrapes)."""
 
     def latency(self, name: str) -> LatencyStats:
         return self.latencies.get(name) or LatencyStats.empty()
@@ -365,6 +369,7 @@ class WindowAggregator:
         self.time_window = time_window
         self.stale_after = stale_after
         self._pods: dict[str, _PodHistory] = {}
+        self._rounds: deque[float] = deque(maxlen=2)
 
     @property
     def pods(self) -> list[str]:
@@ -380,13 +385,22 @@ class WindowAggregator:
             elif history.samples and history.samples[-1][0] > now:
                 continue  # time never runs backwards for one pod; a late duplicate is dropped
             history.add(now, sample)
+        if not self._rounds or now > self._rounds[-1]:
+            self._rounds.append(now)
         start = now - self.time_window
         for pod in [p for p, history in self._pods.items() if not history.prune(start)]:
             del self._pods[pod]  # gone for a whole window: nothing of it is left to count
 
     def window(self, now: float) -> WindowStats:
-        """Statistics of what finished in ``(now - time_window, now]``, and current gauges."""
-        start = now - self.time_window
+        """Statistics of what finished in ``(now - time_window, now]``, and current gauges; ``recent``, the
+        same since the round recorded before the newest (at or before ``now``)."""
+        main = self._stats(now, now - self.time_window)
+        rounds = [t for t in self._rounds if t <= now]
+        if len(rounds) == 2 and rounds[0] > now - self.time_window:
+            return replace(main, recent=self._stats(now, rounds[0]))
+        return main
+
+    def _stats(self, now: float, start: float) -> WindowStats:
         deltas: dict[str, list[Delta]] = {}
         counters: dict[str, float] = {}
         gauge_values: dict[str, list[float]] = {}

@@ -7,31 +7,32 @@ Each round, from the window's statistics:
    the window, over its span, plus the requests waiting, drained over one start-up), over what one
    replica carries at the SLO's per-token limit for the window's mix (prompt and output tokens, choices:
    :func:`observe_mix`) according to the engine profile (:func:`autoscaler.capacity.choices_per_second`):
-   the work, in *profiled replicas' worth*.
+   the work, in *profiled replicas' worth*; and the *peak work*, the larger of the window's and of its
+   last round's alone, where a burst shorter than the window shows at its own rate.
 2. **Attainment** (:func:`miss_share`): the share of the window's choices over a limit the SLO names,
    read from the latency histograms at the limits. The window is *short* (:func:`short_of_target`) when
    its misses exceed what the target allows by more than chance gives for that many requests.
 3. **Capacity, learned** (:func:`learn_capacity`): what one replica carries within the SLO, as a multiple of
    the profile's figure, starts at the profile's 1. A short window lowers it to what the replicas carried
-   within the SLO at the highest load its requests arrived into (per replica, less the share missed),
+   within the SLO at the highest peak work its requests arrived into (per replica, less the share missed),
    taken one window later, once that load is known. Windows that meet the target with no replica more
    than the work needs raise it by :data:`RISE` a start-up: it finds out when the traffic lets a replica
    carry more, and a short window sets it back.
 4. **Size** (:func:`plan`): the work now over ``headroom`` of the learned capacity, or the *burst floor*
-   over all of it, the larger: the 90th percentile of the peak work of each start-up-long slot remembered,
-   what arrives within one start-up, which a pod asked for then would not catch. The floor trades
-   GPU-seconds for attainment where bursts come faster than a start-up; the reason says when it sets the
-   count.
+   over all of it, the larger: the 90th percentile, over the start-up-long slots remembered, of each slot's
+   highest peak work, what arrives within one start-up, which a pod asked for then would not catch. The
+   floor trades GPU-seconds for attainment where bursts come faster than a start-up; the reason says when
+   it sets the count.
 5. **Steps judged by their effect** (:func:`judge_trial`): a scale-up that a short window asked for is a
    trial. Once the new count has served a whole window, a trial that did not close half the gap between
-   the misses and the target did not help: the evidence that asked for it is withdrawn, the misses left
-   are remembered as misses more replicas do not fix (the target then allows them), and the count goes
-   back after the stabilization window. Requests that miss even on an idle replica (a long prompt before
+   the misses and the target did not help: the capacity it cost is given back, the misses left are
+   remembered as misses more replicas do not fix (the target allows them while they last), and the
+   count goes back after the stabilization window. Requests that miss even on an idle replica (a long prompt before
    a one-token output) or that arrive in clumps no count separates do not ratchet the fleet up.
 6. HPA's steps of :mod:`autoscaler.decide`: ``stabilize``, ``rate_limit`` and ``bounds``.
 
-Everything it remembers (the work seen, the capacity's evidence, misses more replicas did not fix) is
-forgotten after :data:`MEMORY_STARTUPS` start-ups. Pure: ``decide(window, spec, state, now) ->
+What it remembers of the work seen and of misses more replicas did not fix is forgotten after
+:data:`MEMORY_STARTUPS` start-ups. Pure: ``decide(window, spec, state, now) ->
 (Decision, PlannerState)``, no I/O, no clock. The simulator runs the same code.
 """
 
@@ -145,7 +146,7 @@ class Shortfall:
 class PlannerState:
     replicas: int
     work: tuple[tuple[float, float], ...] = ()
-    """The work of each round, in profiled replicas' worth (the burst floor's history)."""
+    """The peak work of each round, in profiled replicas' worth (the burst floor's history)."""
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
@@ -186,15 +187,19 @@ def observe_mix(window: WindowStats, last: Mix | None, cfg: PlannerConfig) -> Mi
     return Mix(max(prompt / finished, 1.0), max(generated / (finished * choices), 1.0), choices, True)
 
 
-def measure_work(window: WindowStats, cfg: PlannerConfig, mix: Mix) -> tuple[float, float, float]:
-    """Demand (choices/s), what one replica carries of this mix by the profile (choices/s), and the work
-    (their ratio: profiled replicas' worth). A rate that rises as outputs shorten is not more load."""
-    started = window.latency("ttft").count / window.span
-    demand = started + window.gauges.get("waiting", 0.0) * mix.choices / cfg.lead_s
+def measure_work(window: WindowStats, cfg: PlannerConfig, mix: Mix) -> tuple[float, float, float, float]:
+    """Demand (choices/s), what one replica carries of this mix by the profile (choices/s), the work (their
+    ratio: profiled replicas' worth), and the peak work: the larger of the window's and of its last round's
+    alone (``window.recent``), where a burst shorter than the window shows at its own rate. A rate that
+    rises as outputs shorten is not more load."""
+    backlog = window.gauges.get("waiting", 0.0) * mix.choices / cfg.lead_s
+    demand = window.latency("ttft").count / window.span + backlog
     per_replica = choices_per_second(
         cfg.profile, cfg.per_token_limit_s, mix.prompt_tokens, mix.output_tokens, mix.choices
     )
-    return demand, per_replica, demand / per_replica
+    recent = window.recent
+    latest = recent.latency("ttft").count / recent.span + backlog if recent and recent.span > 0 else demand
+    return demand, per_replica, demand / per_replica, max(demand, latest) / per_replica
 
 
 #: The latency histogram each limit of an SLO is read from, and the limit.
@@ -276,8 +281,8 @@ def planner_decide(
         return Decision(held, current, held != current, f"no data; holding {current} replicas"), state
     keep = now - cfg.memory_s
     mix = observe_mix(window, state.mix, cfg)
-    demand, per_replica, work = measure_work(window, cfg, mix)
-    history = tuple((t, w) for t, w in state.work if t > keep) + ((now, work),)
+    demand, per_replica, work, peak = measure_work(window, cfg, mix)
+    history = tuple((t, w) for t, w in state.work if t > keep) + ((now, peak),)
     serving = tuple((t, n) for t, n in state.serving if t > keep) + ((now, serving_replicas(window)),)
     # A window's outcomes belong to the load its requests arrived into and the replicas that served them:
     # over its span, and as far again back as its slowest requests took (they finished in it, late).

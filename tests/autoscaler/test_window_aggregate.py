@@ -60,6 +60,24 @@ def test_window_counts_only_what_finished_inside_it():
     assert late.mean == pytest.approx(0.010)
 
 
+def test_the_last_round_alone_is_the_windows_recent_part():
+    """A burst of 40 in the last of twelve 5 s rounds: the window averages it over a minute, its recent part
+    holds it over the 5 s it came in, summed over the pods."""
+    agg = WindowAggregator(time_window=60, stale_after=10)
+    a, b = FakePod(), FakePod()
+    agg.record(0, {"a": a.sample(), "b": b.sample()})
+    assert agg.window(0).recent is None  # one round: nothing before it
+    for t in range(5, 60, 5):
+        agg.record(t, {"a": a.observe("ttft", 0.1).sample(), "b": b.sample()})
+    agg.record(60, {"a": a.observe("ttft", 0.1, n=30).sample(), "b": b.observe("ttft", 0.1, n=10).sample()})
+    win = agg.window(60)
+    assert (win.latency("ttft").count, win.span) == (11 + 40, 60)
+    assert win.recent is not None
+    assert (win.recent.latency("ttft").count, win.recent.span, win.recent.pods) == (40, 5, 2)
+    assert win.recent.recent is None
+    assert agg.window(57).recent is None  # asked before the newest round: no round before it is the last
+
+
 def test_pods_are_summed():
     agg = WindowAggregator(time_window=60, stale_after=10)
     a, b = FakePod(), FakePod()

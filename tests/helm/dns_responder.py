@@ -93,9 +93,7 @@ class DnsResponder:
             wanted = qtype == TYPE_A and qclass == CLASS_IN
             answers = [_a_record(address) for address in addresses] if wanted else []
         # QR, AA (this server owns the names), RD copied from the query.
-        header = struct.pack(
-            "!HHHHHH", ident, 0x8000 | 0x0400 | recursion_desired | rcode, 1, len(answers), 0, 0
-        )
+        header = struct.pack("!HHHHHH", ident, 0x8000 | 0x0400 | recursion_desired | rcode, 1, len(answers), 0, 0)
         return header + question + b"".join(answers)
 
 

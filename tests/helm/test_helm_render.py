@@ -53,6 +53,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "autoscaler-triton-actuator": {"autoscaler": {"actuator": {"kind": "triton"}}},
+    "balancer-off": {"balancer": {"kind": "none"}},
+    "balancer-nameservers-monitored": {
+        "balancer": {"dns": {"nameservers": ["10.96.0.10:53"]}, "podDisruptionBudget": {"enabled": False}},
+        "monitoring": {"enabled": True},
+    },
+    "inference-pool": {
+        "balancer": {
+            "kind": "inferencePool",
+            "inferencePool": {
+                "gateway": {"name": "inference-gateway", "namespace": "gateways", "sectionName": "http"},
+                "endpointPicker": {"name": "gpt2-epp"},
+            },
+        }
+    },
     "autoscaler-api-token": {"autoscaler": {"api": {"tokenSecret": {"name": "autoscaler-token"}}}},
     "scheduling": {
         "triton": {
@@ -91,7 +105,11 @@ def test_defaults_render_the_whole_release(render):
     assert names == {
         ("Deployment", f"{base}-triton"),
         ("Service", f"{base}-triton"),
+        ("Service", f"{base}-triton-pods"),
         ("PodDisruptionBudget", f"{base}-triton"),
+        ("Deployment", f"{base}-balancer"),
+        ("ConfigMap", f"{base}-balancer"),
+        ("PodDisruptionBudget", f"{base}-balancer"),
         ("Deployment", f"{base}-autoscaler"),
         ("Service", f"{base}-autoscaler"),
         ("ConfigMap", f"{base}-autoscaler"),

@@ -1,0 +1,117 @@
+"""The balancer's configuration as the chart renders it, and Debian's haproxy binary that runs it.
+
+haproxy comes from `bash scripts/setup --with-system` (Debian's package, the 2.6 branch of the
+chart's image). Where it is missing a test skips, naming it, except in CI (the `CI` environment
+variable), where it fails: CI must run these.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+import pytest
+from helm_testkit import Rendered
+
+SETUP_HINT = "`bash scripts/setup --with-system` installs Debian's haproxy"
+
+
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy") or next(
+        (p for p in ("/usr/sbin/haproxy", "/usr/local/sbin/haproxy") if os.access(p, os.X_OK)), None
+    )
+    if found is None:
+        message = f"haproxy not found on PATH nor in /usr/sbin: {SETUP_HINT}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def balancer_config(rendered: Rendered) -> str:
+    return rendered.config_map_file("-balancer", "haproxy.cfg")
+
+
+def sections(config: str) -> dict[str, list[str]]:
+    """haproxy.cfg by section header ("global", "backend triton-grpc", ...): its lines, stripped,
+    without comments."""
+    found: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for raw in config.splitlines():
+        line = raw.split("#", 1)[0].rstrip()
+        if not line.strip():
+            continue
+        if not line[0].isspace():
+            current = found.setdefault(line.strip(), [])
+        elif current is not None:
+            current.append(line.strip())
+    return found
+
+
+def keyword(lines: list[str], name: str) -> list[list[str]]:
+    """The arguments of each line of `lines` that starts with keyword `name` (e.g. "server-template")."""
+    return [line.split()[len(name.split()) :] for line in lines if re.match(rf"{re.escape(name)}(\s|$)", line)]
+
+
+def check_config(config: str) -> subprocess.CompletedProcess[str]:
+    """`haproxy -c`: HAProxy's own parse of the whole file, resolvers included."""
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg") as f:
+        f.write(config)
+        f.flush()
+        return subprocess.run([haproxy_binary(), "-c", "-f", f.name], capture_output=True, text=True, timeout=30)
+
+
+class HAProxy:
+    """haproxy in the foreground with `config`, its log (stdout) in `log_path`; stopped on exit."""
+
+    def __init__(self, config: str, workdir: Path) -> None:
+        self.config_path = workdir / "haproxy.cfg"
+        self.config_path.write_text(config, encoding="utf-8")
+        self.log_path = workdir / "haproxy.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    def __enter__(self) -> HAProxy:
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in __exit__
+        self.process = subprocess.Popen(
+            [haproxy_binary(), "-db", "-f", str(self.config_path)], stdout=self._log, stderr=subprocess.STDOUT
+        )
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def served(self, backend: str) -> Iterator[str]:
+        """The address of the pod that served each request of `backend`, from the access log, in the
+        order the requests ended (the chart's log-format writes %b/%s %si:%sp)."""
+        for match in re.finditer(rf"^\S+ \[[^\]]+\] \S+ {re.escape(backend)}/\S+ (\S+):\d+ ", self.log(), re.M):
+            yield match.group(1)
+
+    def wait_for_log(self, pattern: str, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.log(), re.M):
+                return True
+            time.sleep(0.1)
+        return bool(re.search(pattern, self.log(), re.M))

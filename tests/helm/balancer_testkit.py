@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import IO
@@ -102,16 +102,35 @@ class HAProxy:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def served(self, backend: str) -> Iterator[str]:
+    def served(self, backend: str) -> list[str]:
         """The address of the pod that served each request of `backend`, from the access log, in the
         order the requests ended (the chart's log-format writes %b/%s %si:%sp)."""
-        for match in re.finditer(rf"^\S+ \[[^\]]+\] \S+ {re.escape(backend)}/\S+ (\S+):\d+ ", self.log(), re.M):
-            yield match.group(1)
+        pattern = rf"^\S+ \[[^\]]+\] \S+ {re.escape(backend)}/\S+ (\S+):\d+ "
+        return re.findall(pattern, self.log(), re.M)
 
-    def wait_for_log(self, pattern: str, timeout: float) -> bool:
+    def wait_for_log(self, pattern: str, timeout: float, since: int = 0) -> bool:
+        """Whether a line matching `pattern` appears within `timeout` s, after the first `since`
+        characters of the log."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.log(), re.M):
+        while True:
+            if re.search(pattern, self.log()[since:], re.M):
                 return True
+            if time.monotonic() > deadline:
+                return False
             time.sleep(0.1)
-        return bool(re.search(pattern, self.log(), re.M))
+
+
+def shared_free_port(hosts: tuple[str, ...]) -> int:
+    """A port number free on every address of `hosts`, as each pod of a Deployment has the same ports."""
+    for _ in range(100):
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port: int = probe.getsockname()[1]
+        try:
+            for host in hosts:
+                with socket.socket() as other:
+                    other.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no port number is free on all of {hosts}")

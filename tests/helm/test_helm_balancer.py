@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
 
 import pytest
 import yaml
-from balancer_testkit import balancer_config, check_config, keyword, sections
+from balancer_testkit import balancer_config, check_config, haproxy_binary, keyword, sections
 from helm_testkit import NAMESPACE, RELEASE, HelmError, container, pod_spec
 
 BASE = f"{RELEASE}-nlg-serving"
@@ -238,3 +239,12 @@ def test_the_inference_pool_routes_the_models_http_endpoints_from_a_gateway(rend
 def test_bad_balancer_values_are_refused_naming_the_key(helm, args, message):
     with pytest.raises(HelmError, match=re.escape(message)):
         helm.template(*args)
+
+
+def test_the_tested_haproxy_is_the_branch_of_the_charts_image(chart_values):
+    """The test runs Debian's haproxy; the chart deploys the official image of the same major.minor."""
+    version = subprocess.run([haproxy_binary(), "-v"], capture_output=True, text=True, check=True).stdout
+    tested = re.search(r"HAProxy version (\d+\.\d+)\.", version)
+    assert tested, version
+    deployed = chart_values["balancer"]["image"]["tag"]
+    assert deployed.startswith(f"{tested.group(1)}."), (deployed, tested.group(1))

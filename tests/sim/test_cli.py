@@ -211,3 +211,13 @@ def test_the_simulated_planner_takes_every_setting_of_scaler_planner():
     assert (cfg.burst_lookback_s, cfg.burst_quantile) == (300, 0.75)
     assert cfg.per_token_target_s == pytest.approx(default.per_token_target_s * 0.5 / 0.6)
     assert cfg.lead_s == default.lead_s == 15.0
+
+
+def test_routing_per_connection_runs_and_a_bad_routing_is_named(profile_file, capsys):
+    args = ["run", "--profile", str(profile_file), "--workload", "simple:1", "--count", "40", "--policy", "fixed:3"]
+    assert main([*args, "--routing", "per-connection:1"]) == 0
+    assert "routing per-connection:1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--routing", "per-connection"])
+    err = capsys.readouterr().err
+    assert "argument --routing: routing = 'per-connection': must be round-robin, least-loaded" in err

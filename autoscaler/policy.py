@@ -14,6 +14,7 @@ The simulator drives the same objects.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,8 +45,10 @@ class Policy:
 
 
 def reviewed(decide_fn: DecideFn, targets: Mapping[str, float]) -> DecideFn:
-    """``decide_fn`` with the imbalance step after it (:func:`autoscaler.imbalance.review`)."""
+    """``decide_fn`` with the imbalance step after it (:func:`autoscaler.imbalance.review`);
+    ``__wrapped__`` is ``decide_fn``."""
 
+    @functools.wraps(decide_fn)
     def decide_reviewed(window: WindowStats, spec: ScalerSpec, state: Any, now: float) -> tuple[Decision, Any]:
         decision, new_state = decide_fn(window, spec, state, now)
         return review(decision, new_state, state, window, targets)

@@ -29,6 +29,7 @@ from typing import Any, Final
 import numpy as np
 
 from autoscaler.config import ScalerSpec
+from autoscaler.decide import PolicyState, decide
 from benchmarks import harness
 from benchmarks.scaling.experiments import H100, TRACE_LENGTHS, TRACES
 from nlgsim.experiment import parse_workload
@@ -56,6 +57,8 @@ ROUTINGS: Final = (
     ("round-robin", "round-robin", "per request round-robin: the fleet tables' assumption"),
 )
 POLICIES: Final = ("autoscaler", f"fixed:{FIXED}")
+#: With kept channels only, where it acts: the policy as it decided before the imbalance step.
+WITHOUT_STEP: Final = "autoscaler without the imbalance step"
 INTERVAL_S: Final = 30.0
 #: How a decision's reason names pods the load does not reach (autoscaler/imbalance.py).
 FINDING: Final = "served no request for a whole window"
@@ -70,7 +73,16 @@ def default_spec() -> ScalerSpec:
 
 
 def policy_named(name: str) -> Policy | None:
-    return hpa_policy(default_spec(), name) if name == "autoscaler" else None
+    spec = default_spec()
+    if name == WITHOUT_STEP:
+        return Policy(name, spec, decide, PolicyState.initial, {"pertoken_mean": spec.threshold})
+    return hpa_policy(spec, name) if name == "autoscaler" else None
+
+
+def tasks() -> list[tuple[str, str, str]]:
+    """(routing key, routing, policy) of every run."""
+    every = [(key, routing, policy) for key, routing, _ in ROUTINGS for policy in POLICIES]
+    return [*every, ("kept", KEPT, WITHOUT_STEP)]
 
 
 def run_one(task: tuple[str, str, str]) -> dict[str, Any]:
@@ -113,9 +125,8 @@ def timeline(log: RunLog) -> dict[str, list[float]]:
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    tasks = [(key, routing, policy) for key, routing, _ in ROUTINGS for policy in POLICIES]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        runs = list(pool.map(run_one, tasks))
+        runs = list(pool.map(run_one, tasks()))
     return {
         "machine": harness.machine(),
         "code": harness.revision("nlgsim", "autoscaler", "benchmarks/routing.py"),
@@ -140,6 +151,7 @@ def render(data: dict[str, Any]) -> str:
     auto, fixed = POLICIES
     kept, short, balanced, rr = (run_of(data, k, auto) for k, _, _ in ROUTINGS)
     kept_fixed, balanced_fixed, rr_fixed = (run_of(data, k, fixed) for k in ("kept", "balancer", "round-robin"))
+    raw = run_of(data, "kept", WITHOUT_STEP)
     lines = [
         "# Routing: per connection against per request",
         "",
@@ -155,7 +167,7 @@ def render(data: dict[str, Any]) -> str:
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, routing, what in (tuple(r.values()) for r in data["routings"]):
-        for policy in POLICIES:
+        for policy in (*POLICIES, WITHOUT_STEP) if key == "kept" else POLICIES:
             r = run_of(data, key, policy)
             lines.append(
                 f"| `{routing}` | {what} | {policy} | {pct(r['attainment_feasible'])} | {r['gpu_seconds']:.0f} "
@@ -173,10 +185,17 @@ def render(data: dict[str, Any]) -> str:
         f"the connections first reached, whatever the fleet: {kept_fixed['pods_served']} of "
         f"{kept_fixed['pods_ready']} fixed pods served, the busiest {pct(kept_fixed['busiest_share'])} of the "
         f"requests, and {pct(kept_fixed['attainment_feasible'])} of the feasible requests met the SLO, against "
-        f"{pct(balanced_fixed['attainment_feasible'])} through the balancer on the same pods. The autoscaler "
-        f"added pods up to {kept['max_pods']}, of which {kept['pods_served']} served: "
-        f"{pct(kept['attainment_feasible'])} met, at {kept['gpu_seconds'] / kept_fixed['gpu_seconds']:.2f}x the "
-        "GPU-seconds of the fixed fleet.",
+        f"{pct(balanced_fixed['attainment_feasible'])} through the balancer on the same pods. "
+        + (
+            f"The autoscaler added pods up to {kept['max_pods']}, of which {kept['pods_served']} served: "
+            f"{pct(kept['attainment_feasible'])} met, at {kept['gpu_seconds'] / kept_fixed['gpu_seconds']:.2f}x "
+            "the GPU-seconds of the fixed fleet."
+            if kept["max_pods"] > data["fixed"]
+            else f"The autoscaler added none: {pct(kept['attainment_feasible'])} met, on the fixed fleet's "
+            f"GPU-seconds; without the imbalance step it would have added pods up to {raw['max_pods']}, of which "
+            f"{raw['pods_served']} served, for {raw['gpu_seconds'] / kept['gpu_seconds']:.2f}x the GPU-seconds "
+            f"and {pct(raw['attainment_feasible'])} met."
+        ),
         f"- **Behind a bare Service, with many short-lived clients**, connections reopen often enough that "
         f"added pods get their share: {short['pods_served']} of {short['pods_ready']} pods served, "
         f"{pct(short['attainment_feasible'])} met, against {pct(rr['attainment_feasible'])} with round-robin per "
@@ -190,13 +209,20 @@ def render(data: dict[str, Any]) -> str:
         "**The imbalance step** (`autoscaler/imbalance.py`) names pods that served nothing through a whole "
         "window while the others missed the target, and holds scale-ups while they stand. With kept channels "
         + (
-            f"it first named them {finding:.0f} s in; the policy's default scale-up limits (4 pods or 100% per "
-            f"15 s) had asked for its {kept['max_pods']} pods by {kept['most_desired_at_s']:.0f} s, before any "
-            f"pod had a whole {default_spec().time_window:.0f} s window to show it, so it held "
-            f"{kept['withheld']} scale-ups: it stops a climb it sees, not the first one."
-            if finding is not None
-            else "it never named any: no pod went a whole window without a request."
-        ),
+            "it never named any: no pod went a whole window without a request."
+            if finding is None
+            else f"it named the {kept_fixed['pods_ready'] - kept_fixed['pods_served']} idle pods from {finding:.0f} s "
+            f"on (the first round whose per-token mean was over its target) and held "
+            f"{kept['withheld']} scale-ups"
+            + (
+                ", so the policy kept the pods it started with."
+                if kept["max_pods"] <= data["fixed"]
+                else f"; the default scale-up limits (4 pods or 100% per 15 s) had asked for {kept['max_pods']} "
+                f"pods by {kept['most_desired_at_s']:.0f} s, before a whole window could show it: it stops a "
+                "climb it sees, not the first step."
+            )
+        )
+        + " With per-request routing it named none.",
         "",
         "Round-robin per request, which every fleet table of the scaling report assumes, is what a Service gives "
         "only clients that open a connection per request; the chart's balancer (`balancer.kind: haproxy`, on by "

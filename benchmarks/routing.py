@@ -177,7 +177,8 @@ def render(data: dict[str, Any]) -> str:
     finding = kept["first_finding_s"]
     lines += [
         "",
-        "![Pods each autoscaled run had ready, and pods that served, per 30 s](figures/routing_pods.png)",
+        "![Pods each run had ready, and pods that served a request, per 30 s; none served where no request "
+        "arrived](figures/routing_pods.png)",
         "",
         "## What the autoscaler's pods do for users",
         "",
@@ -247,14 +248,22 @@ def figure(data: dict[str, Any], path: Path = FIGURE) -> None:
             minutes = [s / 60 for s in t["start_s"]]
             ax.step(minutes, t["ready"], style, where="post", color="tab:blue", label=f"pods ready, {policy}")
             ax.step(minutes, t["serving"], style, where="post", color="tab:orange", label=f"pods that served, {policy}")
+        if key == "kept":
+            t = run_of(data, key, WITHOUT_STEP)["timeline"]
+            minutes = [s / 60 for s in t["start_s"]]
+            ax.step(minutes, t["ready"], "--", where="post", color="tab:red", label=f"pods ready, {WITHOUT_STEP}")
         ax.set_title(f"{routing}", fontsize=10)
         ax.grid(alpha=0.3)
     for ax in axes[1]:
         ax.set_xlabel("minutes")
     for ax in axes[:, 0]:
         ax.set_ylabel("pods")
-    axes[0, 0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"{data['trace']} x{data['scale']}: pods ready and pods that served a request, per 30 s", fontsize=11)
+    axes[0, 0].legend(fontsize=7, loc="center right")
+    fig.suptitle(
+        f"{data['trace']} x{data['scale']}: pods ready and pods that served a request, per 30 s "
+        "(none served: no request arrived)",
+        fontsize=11,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -17,7 +17,6 @@ import re
 import signal
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -27,8 +26,8 @@ import tritonclient.grpc as grpcclient
 from balancer_testkit import HAProxy, balancer_config, shared_free_port
 from dns_responder import DnsResponder
 from helm_testkit import NAMESPACE, RELEASE, Helm, Rendered
-from prometheus_client.parser import text_string_to_metric_families
 
+from tests.serving.serving_testkit import metric, scrape, wait_for
 from triton_backend.cli.client import stream_on
 from triton_backend.launch import TritonServer, free_port
 
@@ -139,23 +138,8 @@ def generate(client: grpcclient.InferenceServerClient, sampling: dict) -> list[s
 
 def server_metric(server: TritonServer, *names: str) -> float:
     """The sum of every sample of `names` on one server's metrics endpoint."""
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as response:
-        text = response.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name in names
-    )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
+    samples = scrape(server.metrics_url)
+    return sum(metric(samples, name) for name in names)
 
 
 def test_one_kept_channel_spreads_its_requests_over_every_pod(fleet):
@@ -168,7 +152,7 @@ def test_one_kept_channel_spreads_its_requests_over_every_pod(fleet):
     with grpcclient.InferenceServerClient(fleet.grpc_url) as client:
         for _ in range(30):
             assert generate(client, SHORT) == ["length"]
-    assert wait_until(lambda: sum(finished().values()) - sum(before.values()) >= 30, 10)
+    assert wait_for(lambda: sum(finished().values()) - sum(before.values()) >= 30, 10)
     per_pod = {pod: n - before[pod] for pod, n in finished().items()}
     # Within 10% of even: 10 +- 1 each, counted by the servers themselves.
     assert sum(per_pod.values()) == 30
@@ -237,7 +221,7 @@ def open_long_stream(fleet: Fleet, pods: tuple[str, ...]) -> tuple[LongStream, s
 
     stream.thread = threading.Thread(target=run, daemon=True)
     stream.thread.start()
-    assert wait_until(lambda: bool(generating()), 30), "the long stream never started"
+    assert wait_for(lambda: bool(generating()), 30), "the long stream never started"
     [pod] = generating()
     return stream, pod
 

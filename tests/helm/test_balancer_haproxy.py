@@ -159,7 +159,7 @@ def test_one_kept_channel_spreads_its_requests_over_every_pod(fleet):
     assert all(9 <= n <= 11 for n in per_pod.values()), per_pod
 
     # HTTP/1.1 keep-alive: one connection, each request balanced on its own.
-    logged = len(fleet.balancer.served("triton-http"))
+    logged = len(fleet.served_since(0, "triton-http"))
     connection = http.client.HTTPConnection("127.0.0.1", fleet.http_port, timeout=60)
     body = json.dumps({"text_input": "Once upon a time", "sampling_parameters": json.dumps(SHORT)})
     try:
@@ -182,7 +182,7 @@ def test_a_pod_added_is_used_within_the_resolvers_interval_and_one_health_check(
     bound = chart_values["balancer"]["dns"]["interval"] + chart_values["balancer"]["healthCheck"]["interval"]
     with grpcclient.InferenceServerClient(fleet.grpc_url) as client:
         generate(client, SHORT)  # the channel is open before the pod is added
-        logged = len(fleet.balancer.served("triton-grpc"))
+        logged = len(fleet.served_since(0))  # that request's log line included
         fleet.resolve(*PODS)
         added_at = time.monotonic()
         sent: list[float] = []
@@ -231,7 +231,7 @@ def drain_and_check(fleet: Fleet, pods: tuple[str, ...], drain: Callable[[str], 
     log line (a regex) that takes the pod out, waits for it, then sends six short requests on a kept
     channel: none may reach the drained pod, and its open stream must end with its final response,
     having run to its length."""
-    logged = len(fleet.balancer.served("triton-grpc"))
+    logged = len(fleet.served_since(0))  # every earlier request's log line included
     stream, drained = open_long_stream(fleet, pods)
     mark = len(fleet.balancer.log())
     drained_at = time.monotonic()

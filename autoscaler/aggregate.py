@@ -9,9 +9,9 @@ Public API (imported by the simulator; keep stable):
   what one scrape round saw.
 - :class:`WindowAggregator` ``(time_window, stale_after)``: ``record(now, snapshot)``, ``window(now)``;
   :func:`stale_after` gives the one ``stale_after`` the service and the simulator use.
-- :class:`LatencyStats`, :class:`WindowStats`: the result; :func:`latency_stats` builds a
-  :class:`LatencyStats` from bucket deltas (the Prometheus source uses it too);
-  :func:`quantile` is Prometheus's ``histogram_quantile``.
+- :class:`LatencyStats`, :class:`WindowStats` (with each pod's :class:`PodWindow`): the result;
+  :func:`latency_stats` builds a :class:`LatencyStats` from bucket deltas (the Prometheus source uses
+  it too); :func:`quantile` is Prometheus's ``histogram_quantile``.
 
 Rules for odd input (each has a table test):
 
@@ -138,15 +138,29 @@ class LatencyStats:
 
 
 @dataclass(frozen=True)
+class PodWindow:
+    """One pod's part of a window: the requests it finished in it (the most any of its latency
+    histograms or its ``finished`` counter counted), what it runs and queues now, and whether it
+    reported through the whole window (a pod that appeared inside it has not had a window to serve)."""
+
+    finished: float
+    running: float
+    waiting: float
+    whole_window: bool
+
+
+@dataclass(frozen=True)
 class WindowStats:
     """What the policies see. ``pods`` counts pods with a fresh sample; ``span`` the seconds covered;
-    ``counters`` the increase of each of :data:`COUNTERS` inside the window (absent: not reported)."""
+    ``counters`` the increase of each of :data:`COUNTERS` inside the window (absent: not reported);
+    ``per_pod`` each fresh pod's own part, by pod (absent where a source sees only the fleet's sums)."""
 
     latencies: Mapping[str, LatencyStats]
     gauges: Mapping[str, float]
     pods: int
     span: float
     counters: Mapping[str, float] = field(default_factory=dict)
+    per_pod: Mapping[str, PodWindow] = field(default_factory=dict)
     recent: WindowStats | None = field(default=None, compare=False, repr=False)
     """The same over the last round alone (since the samples recorded before the newest), where the source
     keeps every round's samples (the direct scrape, the simulator): a burst shorter than the window at its
@@ -404,9 +418,9 @@ class WindowAggregator:
         deltas: dict[str, list[Delta]] = {}
         counters: dict[str, float] = {}
         gauge_values: dict[str, list[float]] = {}
-        fresh = 0
+        per_pod: dict[str, PodWindow] = {}
         earliest = now
-        for history in self._pods.values():
+        for pod, history in self._pods.items():
             first, last = history.usable(now, start)
             if last < 0:
                 continue
@@ -415,22 +429,31 @@ class WindowAggregator:
                 earliest = min(earliest, max(samples[first][0], start))
             whole = first == 0 and last == len(samples) - 1
             from_seq, to_seq = samples[first][1], samples[last][1]
+            finished = 0.0
             for name, series in history.histograms.items():
                 delta = series.increase(from_seq, to_seq, whole, _HISTOGRAM)
                 if delta is not None:
                     deltas.setdefault(name, []).append(delta)
+                    finished = max(finished, delta.n)
             for name, counter in history.counters.items():
                 increase = counter.increase(from_seq, to_seq, whole, _COUNTER)
                 if increase is not None:
                     counters[name] = counters.get(name, 0.0) + increase
+                    if name == "finished":
+                        finished = max(finished, increase)
             latest_t, _, gauges = samples[last]
             if now - latest_t <= self.stale_after:
-                fresh += 1
                 for name, value in gauges.items():
                     gauge_values.setdefault(name, []).append(value)
+                per_pod[pod] = PodWindow(
+                    finished, gauges.get("running", 0.0), gauges.get("waiting", 0.0), samples[first][0] <= start
+                )
         latencies = {name: latency_stats(*merge_pods(pods)) for name, pods in deltas.items()}
         gauges_now = {
             name: (sum(values) / len(values) if name == "kv_usage" else sum(values))
             for name, values in gauge_values.items()
         }
-        return WindowStats(latencies=latencies, gauges=gauges_now, pods=fresh, span=now - earliest, counters=counters)
+        return WindowStats(
+            latencies=latencies, gauges=gauges_now, pods=len(per_pod), span=now - earliest, counters=counters,
+            per_pod=per_pod,
+        )  # fmt: skip

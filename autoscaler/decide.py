@@ -49,13 +49,15 @@ _LATENCY_STATS: Final = frozenset({"mean", "p50", "p90", "p99"})
 
 @dataclass(frozen=True)
 class Decision:
-    """One round's outcome. ``valid`` is False when there was no data and the replicas were held."""
+    """One round's outcome. ``valid`` is False when there was no data and the replicas were held.
+    ``idle_pods``: pods the load did not reach while a target was missed (:mod:`autoscaler.imbalance`)."""
 
     desired: int
     current: int
     valid: bool
     reason: str
     values: Mapping[str, float] = field(default_factory=dict)
+    idle_pods: tuple[str, ...] = ()
 
     @property
     def changes(self) -> bool:

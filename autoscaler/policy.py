@@ -7,11 +7,14 @@ restores them after a failed or deferred actuation).
 
 ``scaler.type`` picks the policy (:func:`build_policy`): ``request`` and ``pertoken`` are the HPA
 algorithm of :mod:`autoscaler.decide` over one latency; ``planner`` is :mod:`autoscaler.planner`.
+Every one's decision then takes :func:`autoscaler.imbalance.review` (:func:`reviewed`): pods the load
+does not reach are named in its reason, and a scale-up that would add more of them is held.
 The simulator drives the same objects.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,6 +23,7 @@ from autoscaler.aggregate import WindowStats
 from autoscaler.capacity import fastest_token_s, idle_per_token_s
 from autoscaler.config import ScalerSpec
 from autoscaler.decide import POLICIES, Decision, PolicyState, decide
+from autoscaler.imbalance import review
 from autoscaler.planner import PlannerConfig, PlannerState, planner_config, planner_decide_fn
 from autoscaler.profile import EngineProfile, load_profile
 
@@ -40,6 +44,18 @@ class Policy:
     targets: Mapping[str, float] = field(default_factory=dict)
 
 
+def reviewed(decide_fn: DecideFn, targets: Mapping[str, float]) -> DecideFn:
+    """``decide_fn`` with the imbalance step after it (:func:`autoscaler.imbalance.review`);
+    ``__wrapped__`` is ``decide_fn``."""
+
+    @functools.wraps(decide_fn)
+    def decide_reviewed(window: WindowStats, spec: ScalerSpec, state: Any, now: float) -> tuple[Decision, Any]:
+        decision, new_state = decide_fn(window, spec, state, now)
+        return review(decision, new_state, state, window, targets)
+
+    return decide_reviewed
+
+
 def hpa_policy(spec: ScalerSpec, name: str | None = None, profile: EngineProfile | None = None) -> Policy:
     """``request`` or ``pertoken``: :func:`autoscaler.decide.decide`, as configured by ``spec``.
 
@@ -50,7 +66,7 @@ def hpa_policy(spec: ScalerSpec, name: str | None = None, profile: EngineProfile
     signals = (POLICIES[spec.type](spec), *spec.signals)
     targets = {s.metric: s.target for s in signals}
     if profile is None or spec.type != "pertoken":
-        return Policy(label, spec, decide, PolicyState.initial, targets)
+        return Policy(label, spec, reviewed(decide, targets), PolicyState.initial, targets)
     engine = profile
 
     def decide_with_floor(
@@ -60,7 +76,7 @@ def hpa_policy(spec: ScalerSpec, name: str | None = None, profile: EngineProfile
         note = floor_note(spec.threshold, engine, window)
         return (replace(decision, reason=f"{decision.reason}; {note}") if note else decision), new_state
 
-    return Policy(label, spec, decide_with_floor, PolicyState.initial, targets)
+    return Policy(label, spec, reviewed(decide_with_floor, targets), PolicyState.initial, targets)
 
 
 def floor_note(threshold_ms: float, profile: EngineProfile, window: WindowStats | None = None) -> str | None:
@@ -108,7 +124,7 @@ def planner_policy(spec: ScalerSpec, cfg: PlannerConfig, name: str = "planner") 
         f"pertoken_{q}": cfg.slo.per_token_allowed(cfg.long_output_tokens) * 1000,
         f"ttft_{q}": cfg.slo.ttft_s * 1000,
     }
-    return Policy(name, spec, planner_decide_fn(cfg), PlannerState.initial, targets)
+    return Policy(name, spec, reviewed(planner_decide_fn(cfg), targets), PlannerState.initial, targets)
 
 
 def build_policy(spec: ScalerSpec) -> Policy:

@@ -18,6 +18,7 @@ nlg_autoscaler_scrape_errors_total            counter    model, source (direct/p
 nlg_autoscaler_actuation_errors_total         counter    model
 nlg_autoscaler_external_changes_total         counter    model
 nlg_autoscaler_deferred_total                 counter    model
+nlg_autoscaler_idle_pods                      gauge      model
 nlg_autoscaler_loop_duration_seconds          histogram
 nlg_autoscaler_round_overruns_total           counter
 nlg_autoscaler_lease_errors_total             counter
@@ -27,6 +28,8 @@ nlg_autoscaler_targets_stale                  gauge
 ============================================  =========  ==============================
 
 ``targets_stale`` is 1 while the stored targets cannot be read: the loop scales the ones read last.
+``idle_pods`` counts the pods the last decision found the load did not reach while a target was
+missed (:mod:`autoscaler.imbalance`); 0 otherwise.
 
 A deleted target's series are removed (:meth:`Telemetry.forget`), not left at their last values.
 """
@@ -93,6 +96,11 @@ class Telemetry:
             "nlg_autoscaler_deferred", "Changes the actuator put off (in-place scale-in of a busy model)",
             ["model"], registry=registry,
         )  # fmt: skip
+        self.idle_pods = Gauge(
+            "nlg_autoscaler_idle_pods",
+            "Pods that served no request for a whole window while the others missed a target (last decision)",
+            ["model"], registry=registry,
+        )  # fmt: skip
         self.loop_duration = Histogram(
             "nlg_autoscaler_loop_duration_seconds", "One collect-decide-actuate round over all targets",
             buckets=_LOOP_BUCKETS, registry=registry,
@@ -126,6 +134,7 @@ class Telemetry:
         self.actuation_errors.labels(model)
         self.external_changes.labels(model)
         self.deferred.labels(model)
+        self.idle_pods.labels(model)
         for signal, target in targets.items():
             self.signal_target.labels(model, signal).set(target)
 
@@ -138,12 +147,13 @@ class Telemetry:
         """Removes every series of a deleted target."""
         for metric in (
             self.desired, self.current, self.signal_value, self.signal_target, self.decisions,
-            self.scrape_errors, self.actuation_errors, self.external_changes, self.deferred,
+            self.scrape_errors, self.actuation_errors, self.external_changes, self.deferred, self.idle_pods,
         ):  # fmt: skip
             metric.remove_by_labels({"model": model})
 
     def decided(self, model: str, decision: Decision) -> None:
         self.desired.labels(model).set(decision.desired)
+        self.idle_pods.labels(model).set(len(decision.idle_pods))
         self.decisions.labels(model, direction(decision)).inc()
         for signal, value in decision.values.items():
             self.signal_value.labels(model, signal).set(value)

@@ -32,9 +32,18 @@ from nlgsim.oracle import ORACLE_WARMUP_S
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.protocol import PROTOCOLS, Plan, run_plan
 from nlgsim.results import SLO, SLO_NAMES, Summary, format_table, summarize
+from nlgsim.routing import ROUTING_FORMS, parse_routing
 from nlgsim.simulator import RunLog, Scenario, simulate
 from nlgsim.trace_rows import TIME_UNITS
 from nlgsim.workload import LENGTH_STRATEGIES, SCALE_JITTER_S, DayCurve, FleetScale
+
+
+def _routing(text: str) -> str:
+    try:
+        parse_routing(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _map_lengths(p: argparse.ArgumentParser) -> None:
@@ -99,7 +108,10 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--scrape-interval", type=float, help="s between metric scrapes (default: the loop interval)"
     )
     p.add_argument("--startup", type=float, help="pod start-up delay in s (default: the profile's)")
-    p.add_argument("--routing", default="round-robin", choices=("round-robin", "least-loaded"))
+    p.add_argument(
+        "--routing", default="round-robin", type=_routing,
+        help=f"how requests reach the pods: {ROUTING_FORMS} (docs/simulator.md, 'Routing'; default round-robin)",
+    )  # fmt: skip
     p.add_argument("--slo-request-ms", type=float, help="request latency limit (default 2000)")
     p.add_argument("--slo-ttft-ms", type=float, help="TTFT limit (default 2000; trace protocol 1000)")
     p.add_argument("--slo-pertoken-ms", type=float, help="per-token latency limit (default 50)")

@@ -2,9 +2,10 @@
 
 * A pod is created ``startup_s`` (the profile's time from start to ready) before it is ready; only
   ready pods are endpoints of the Service, are scraped, and get requests.
-* Routing is ``round-robin`` over the ready pods (kube-proxy in IPVS mode; the default) or
-  ``least-loaded`` (fewest requests in flight, ties to the oldest pod: what a load-aware gateway does).
-  While no pod is ready, requests wait at the Service and go out, oldest first, when one is.
+* Routing (:mod:`nlgsim.routing`) picks a ready pod per request (``round-robin``, the default;
+  ``least-loaded``, a per-request balancer) or per client connection (``per-connection:N[:K]``, a
+  Service's kube-proxy). While no pod is ready, requests wait at the Service and go out, oldest
+  first, when one is.
 * Scaling down deletes pods the way the ReplicaSet controller ranks them: pods not yet ready first
   (newest first), then ready pods with the fewest requests in flight (newest first on ties). A deleted
   ready pod leaves the Service at once and drains: it finishes what it admitted, then is gone.
@@ -19,8 +20,8 @@ from dataclasses import dataclass
 
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import OnDone, Replica, RequestState
-
-ROUTINGS = ("round-robin", "least-loaded")
+from nlgsim.routing import Router, make_router
+from nlgsim.workload import Request
 
 
 @dataclass(eq=False)  # a pod is itself: found in the Service's list by identity, not by its fields
@@ -36,11 +37,14 @@ class Pod:
     def index(self) -> int:
         return self.replica.index
 
+    @property
+    def outstanding(self) -> int:
+        return self.replica.outstanding
+
 
 class Cluster:
     def __init__(self, profile: EngineProfile, routing: str, on_done: OnDone, startup_s: float | None = None):
-        if routing not in ROUTINGS:
-            raise ValueError(f"routing = {routing!r}, must be one of {', '.join(ROUTINGS)}")
+        self.router: Router[Pod] = make_router(routing)
         self.profile = profile
         self.routing = routing
         self.on_done = on_done
@@ -48,8 +52,6 @@ class Cluster:
         self.pods: list[Pod] = []
         self.ready: list[Pod] = []  # Service endpoints, in order of readiness
         self.pending: deque[RequestState] = deque()  # requests waiting for a ready pod
-        self.rr = 0
-        """The round-robin pointer: the last ready pod picked (``route`` advances it, then picks)."""
         self.changes: list[tuple[float, int, int, int]] = [(0.0, 0, 0, 0)]
         """(time, pods the Deployment counts, ready pods, pods billed) after every change."""
 
@@ -94,14 +96,11 @@ class Cluster:
             pod.gone = now
             self._record(now)
 
-    def route(self) -> Pod | None:
-        """The ready pod that gets the next request, or ``None`` when no pod is ready."""
+    def route(self, request: Request) -> Pod | None:
+        """The ready pod that gets ``request``, or ``None`` when no pod is ready."""
         if not self.ready:
             return None
-        if self.routing == "round-robin":
-            self.rr = (self.rr + 1) % len(self.ready)
-            return self.ready[self.rr]
-        return min(self.ready, key=lambda p: (p.replica.outstanding, p.ready_at, p.index))
+        return self.router.route(self.ready, request)
 
     def replica_seconds(self, until: float) -> float:
         return sum(

@@ -262,7 +262,7 @@ class Simulation:
         self._next_arrival = i + 1
         if i + 1 < len(self.states):
             self._push(self.states[i + 1].request.arrival, _ARRIVAL, i + 1)
-        pod = self.cluster.route()
+        pod = self.cluster.route(self.states[i].request)
         if pod is None:
             self.cluster.pending.append(self.states[i])
             return
@@ -287,20 +287,15 @@ class Simulation:
 
     def _quiet_until(self, pod: Pod) -> float:
         """Until when nothing but its own steps touches ``pod``'s replica: the next request routed to it
-        (round-robin over the ready pods as they are; least-loaded: the next request), scrape or round,
-        and the next pod to become ready (which changes the routing)."""
+        (as far as the router can tell: round-robin over the ready pods as they are, else the next
+        request), scrape or round, and the next pod to become ready (which changes the routing)."""
         starting = self._starting
         while starting and starting[0] < self.now:
             heapq.heappop(starting)
         quiet = min(self._next_scrape, self._next_loop, starting[0] if starting else math.inf)
-        i = self._next_arrival
-        ready = self.cluster.ready
-        if self.s.routing == "round-robin":
-            if pod.deleted is not None or not pod.ready:
-                return quiet  # out of the Service: no request reaches it
-            # route() advances the pointer and then picks, so the m-th next request goes to
-            # ready[(rr + m) % n].
-            i += (ready.index(pod) - self.cluster.rr - 1) % len(ready)
+        if pod.deleted is not None or not pod.ready:
+            return quiet  # out of the Service: no request reaches it
+        i = self._next_arrival + self.cluster.router.arrivals_before(pod, self.cluster.ready)
         return min(quiet, self.states[i].request.arrival) if i < len(self.states) else quiet
 
     def _done(self, state: RequestState, t: float) -> None:
@@ -315,9 +310,10 @@ class Simulation:
         if not self.cluster.pending or not pod.ready:
             return
         while self.cluster.pending:
-            target = self.cluster.route()
+            state = self.cluster.pending.popleft()
+            target = self.cluster.route(state.request)
             assert target is not None
-            self._submit(target, self.cluster.pending.popleft())
+            self._submit(target, state)
 
     def _scrape(self) -> None:
         assert self.source is not None

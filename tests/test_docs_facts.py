@@ -53,3 +53,19 @@ def test_the_demo_quick_start_names_every_option_of_nlg_demo_and_no_other():
     assert options - set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", quick_start)) == set()
     listed = " ".join(quick_start[quick_start.index("Options:") :].split("(`nlg-demo --help`)")[0].split())
     assert set(re.findall(r"`(--[a-z-]+)`", listed)) - options == set()
+
+
+def test_the_autoscaler_docs_list_every_metric_it_exports_and_no_other():
+    from prometheus_client import CollectorRegistry
+
+    from autoscaler.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    telemetry = Telemetry(registry)
+    telemetry.bind("m", "direct", {})
+    exported = {
+        family.name + ("_total" if family.type == "counter" else "") for family in registry.collect()
+    }
+    text = (ROOT / "docs" / "autoscaler.md").read_text()
+    table = text[text.index("## The autoscaler's own metrics") : text.index("## Compared with HPA")]
+    assert set(re.findall(r"^\| `(nlg_autoscaler_\w+)` \|", table, re.M)) == exported

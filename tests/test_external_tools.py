@@ -43,7 +43,8 @@ def test_scripts_check_makes_every_program_required():
     setup = (ROOT / "scripts" / "setup").read_text(encoding="utf-8")
     assert re.search(r'^export CI="\$\{CI:-true\}"$', script, flags=re.M)
     assert script.index("scripts/setup --with-system") < script.index("export CI=") < script.index("-m pytest")
-    assert "apt-get install -y -qq prometheus" in setup and "install_helm.py" in setup
+    assert "apt-get install -y -qq $missing" in setup and "install_helm.py" in setup
+    assert all(f'missing="$missing {package}"' in setup for package in ("prometheus", "haproxy"))
 
 
 def test_the_tests_find_these_programs_only_through_require():

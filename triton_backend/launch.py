@@ -132,7 +132,9 @@ class TritonServer:
     """A tritonserver on free loopback ports, ready on enter and always stopped on exit.
 
     `env` adds variables for the server (and the model), e.g. {"NLG_PRESET": "tiny"}; the drain and
-    Triton's exit timeout come from `drain` (see DrainBudget).
+    Triton's exit timeout come from `drain` (see DrainBudget). `host` and `ports` (http, grpc, metrics)
+    place it as a pod is placed: several servers on loopback addresses of their own can share one set
+    of port numbers, as the pods behind a headless Service do.
     """
 
     def __init__(
@@ -143,9 +145,12 @@ class TritonServer:
         ready_timeout: float = 180.0,
         log_path: Path | None = None,
         drain: DrainBudget | None = None,
+        host: str = "127.0.0.1",
+        ports: tuple[int, int, int] | None = None,
     ) -> None:
         self.model_repository = model_repository
-        self.http_port, self.grpc_port, self.metrics_port = free_port(), free_port(), free_port()
+        self.host = host
+        self.http_port, self.grpc_port, self.metrics_port = ports or (free_port(), free_port(), free_port())
         self._env = server_environment()
         self._env.update(env or {})
         self.drain = drain or DrainBudget()
@@ -156,21 +161,21 @@ class TritonServer:
 
     @property
     def http_url(self) -> str:
-        return f"127.0.0.1:{self.http_port}"
+        return f"{self.host}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
+        return f"{self.host}:{self.grpc_port}"
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://{self.host}:{self.metrics_port}/metrics"
 
     def start(self) -> TritonServer:
         args = [
-            "--http-address=127.0.0.1",
-            "--grpc-address=127.0.0.1",
-            "--metrics-address=127.0.0.1",
+            f"--http-address={self.host}",
+            f"--grpc-address={self.host}",
+            f"--metrics-address={self.host}",
             f"--http-port={self.http_port}",
             f"--grpc-port={self.grpc_port}",
             f"--metrics-port={self.metrics_port}",

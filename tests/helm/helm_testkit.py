@@ -3,7 +3,8 @@
 helm is found as tests/external_tools.py says (`.tools/bin/helm`, else PATH). Manifests of built-in
 kinds are checked with kubernetes-validate against the Kubernetes OpenAPI schema; the custom
 resources it has no schema for (KEDA's ScaledObject, the Prometheus Operator's ServiceMonitor,
-PodMonitor and PrometheusRule) are checked field by field here.
+PodMonitor and PrometheusRule, the Gateway API's HTTPRoute and its Inference Extension's InferencePool)
+are checked field by field here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ NAMESPACE = "serving"
 #: The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema
 #: kubernetes-validate ships: every manifest must validate against both.
 KUBE_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
-CUSTOM_KINDS = ("ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule")
+CUSTOM_KINDS = ("ScaledObject", "ServiceMonitor", "PodMonitor", "PrometheusRule", "InferencePool", "HTTPRoute")
 
 class HelmError(Exception):
     """helm exited non-zero; the message is its output (lint reports on stdout, errors on stderr)."""
@@ -244,6 +245,60 @@ def check_prometheus_rule(doc: Mapping[str, Any]) -> None:
             assert isinstance(rule["expr"], str) and rule["expr"].strip(), f"{here}.rules[{j}].expr"
 
 
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _port_number(where: str, port: Mapping[str, Any]) -> None:
+    _keys(where, port, {"number"}, {"number"})
+    _integer(f"{where}.number", port["number"], 1, 65535)
+
+
+def check_inference_pool(doc: Mapping[str, Any]) -> None:
+    """inference.networking.k8s.io/v1 InferencePool (Gateway API Inference Extension v1.0)."""
+    assert doc["apiVersion"] == "inference.networking.k8s.io/v1"
+    spec = doc["spec"]
+    _keys(
+        "spec", spec, {"selector", "targetPorts", "endpointPickerRef"}, {"selector", "targetPorts", "endpointPickerRef"}
+    )
+    _keys("spec.selector", spec["selector"], {"matchLabels"}, {"matchLabels"})
+    assert spec["selector"]["matchLabels"], "spec.selector.matchLabels: at least one label"
+    assert len(spec["targetPorts"]) == 1, "spec.targetPorts: exactly one port in v1.0"
+    _port_number("spec.targetPorts[0]", spec["targetPorts"][0])
+    ref = spec["endpointPickerRef"]
+    _keys("spec.endpointPickerRef", ref, {"group", "kind", "name", "port", "failureMode"}, {"name"})
+    if ref.get("kind", "Service") == "Service":
+        assert "port" in ref, "spec.endpointPickerRef.port: required when kind is Service"
+    _port_number("spec.endpointPickerRef.port", ref["port"])
+    assert ref.get("failureMode", "FailClose") in ("FailOpen", "FailClose"), "spec.endpointPickerRef.failureMode"
+
+
+def check_http_route(doc: Mapping[str, Any]) -> None:
+    """gateway.networking.k8s.io/v1 HTTPRoute (the fields this chart uses)."""
+    assert doc["apiVersion"] == "gateway.networking.k8s.io/v1"
+    spec = doc["spec"]
+    _keys("spec", spec, {"parentRefs", "hostnames", "rules"}, {"parentRefs", "rules"})
+    for i, parent in enumerate(spec["parentRefs"]):
+        here = f"spec.parentRefs[{i}]"
+        _keys(here, parent, {"group", "kind", "namespace", "name", "sectionName", "port"}, {"name"})
+        assert _DNS_LABEL.match(parent.get("namespace", "x")), f"{here}.namespace"
+    for i, rule in enumerate(spec["rules"]):
+        here = f"spec.rules[{i}]"
+        _keys(here, rule, {"name", "matches", "filters", "backendRefs", "timeouts"})
+        for j, match in enumerate(rule.get("matches", [])):
+            _keys(f"{here}.matches[{j}]", match, {"path", "headers", "queryParams", "method"})
+            path = match.get("path", {})
+            _keys(f"{here}.matches[{j}].path", path, {"type", "value"})
+            assert path.get("type", "PathPrefix") in ("Exact", "PathPrefix", "RegularExpression")
+            assert path.get("value", "/").startswith("/"), f"{here}.matches[{j}].path.value"
+        for j, backend in enumerate(rule.get("backendRefs", [])):
+            _keys(
+                f"{here}.backendRefs[{j}]",
+                backend,
+                {"group", "kind", "name", "namespace", "port", "weight", "filters"},
+                {"name"},
+            )
+
+
 def validate_manifest(doc: Mapping[str, Any]) -> None:
     """One rendered manifest: the OpenAPI schema for built-in kinds, the checks above for custom ones."""
     assert doc.get("apiVersion") and doc.get("kind"), f"not a Kubernetes object: {doc}"
@@ -255,5 +310,9 @@ def validate_manifest(doc: Mapping[str, Any]) -> None:
         check_monitor(doc)
     elif doc["kind"] == "PrometheusRule":
         check_prometheus_rule(doc)
+    elif doc["kind"] == "InferencePool":
+        check_inference_pool(doc)
+    elif doc["kind"] == "HTTPRoute":
+        check_http_route(doc)
     else:
         validate_builtin(doc)

@@ -74,12 +74,13 @@ def test_values_policy_keys_are_the_scaler_fields(chart_values):
 def test_config_points_at_the_releases_objects(render):
     rendered = render()
     config = parse_config(rendered_config(rendered))
-    service = rendered.one("Service", "-triton")
+    # The clients' Service selects the balancer: the pods are found through the headless one.
+    service = rendered.one("Service", "-triton-pods")
     assert config.model_id == "gpt2"
-    assert config.source.service == service["metadata"]["name"] == TRITON
+    assert config.source.service == service["metadata"]["name"] == f"{TRITON}-pods"
     assert config.source.port_name in {p["name"] for p in service["spec"]["ports"]}
     assert config.actuator.deployment == rendered.one("Deployment", "-triton")["metadata"]["name"]
-    assert config.actuator.triton_url == f"http://{TRITON}.{NAMESPACE}.svc:8000"
+    assert config.actuator.triton_url == f"http://{TRITON}-pods.{NAMESPACE}.svc:8000"
     assert (
         config.source.namespace == config.actuator.namespace == config.leader_election.namespace == NAMESPACE
     )

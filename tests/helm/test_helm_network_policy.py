@@ -25,10 +25,11 @@ def workload_pod(rendered: Rendered, kind: str, suffix: str) -> Pod:
 
 def reach(rendered: Rendered) -> dict[str, set[tuple[str, int]]]:
     """For each source pod, the (destination, port) pairs it may connect to among every port of the
-    Triton and autoscaler pods."""
+    Triton, balancer and autoscaler pods."""
     targets = {"triton": workload_pod(rendered, "Deployment", "-triton")}
-    if rendered.maybe("Deployment", "-autoscaler"):
-        targets["autoscaler"] = workload_pod(rendered, "Deployment", "-autoscaler")
+    for name in ("balancer", "autoscaler"):
+        if rendered.maybe("Deployment", f"-{name}"):
+            targets[name] = workload_pod(rendered, "Deployment", f"-{name}")
     sources = {
         "client": Pod(CLIENT, NAMESPACE),
         "other pod": Pod({"app": "other"}, NAMESPACE),
@@ -48,31 +49,40 @@ def reach(rendered: Rendered) -> dict[str, set[tuple[str, int]]]:
 
 
 def test_at_the_defaults_each_port_admits_only_its_peers(render):
+    """The clients reach the balancer, the balancer reaches Triton: no client reaches a Triton pod."""
     assert reach(render()) == {
-        "client": {("triton", 8000), ("triton", 8001)},
+        "client": {("balancer", 8000), ("balancer", 8001)},
         "other pod": set(),
         "client elsewhere": set(),  # a podSelector alone selects this namespace's pods
-        "prometheus": {("triton", 8002), ("autoscaler", 9100)},
+        "prometheus": {("triton", 8002), ("autoscaler", 9100), ("balancer", 8404)},
         "prometheus-like here": set(),
         "api client": {("autoscaler", 8080)},
-        "helm test": {("triton", 8000)},
+        "helm test": {("triton", 8000), ("balancer", 8000), ("balancer", 8001)},
         "triton": set(),
+        "balancer": {("triton", 8000), ("triton", 8001)},
         "autoscaler": {("triton", 8002)},  # the direct source scrapes the pods
     }
 
 
+def test_without_the_balancer_the_clients_reach_triton(render):
+    got = reach(render(values={"balancer": {"kind": "none"}}))
+    assert got["client"] == {("triton", 8000), ("triton", 8001)}
+    assert "balancer" not in got
+
+
 def test_the_triton_actuator_reaches_the_model_control_api(render):
     got = reach(render(values={"autoscaler": {"actuator": {"kind": "triton"}}}))
-    assert got["autoscaler"] == {("triton", 8000), ("triton", 8002)}
+    assert got["autoscaler"] == {("triton", 8000), ("triton", 8002), ("balancer", 8000), ("balancer", 8001)}
 
 
 @pytest.mark.parametrize("mode", ["keda", "hpa"])
 def test_without_the_autoscaler_prometheus_alone_reads_the_metrics(render, mode):
     rendered = render(values={"scaling": {"mode": mode}})
-    assert [p["metadata"]["name"] for p in rendered.all("NetworkPolicy")] == ["demo-nlg-serving-triton"]
+    names = [p["metadata"]["name"] for p in rendered.all("NetworkPolicy")]
+    assert names == ["demo-nlg-serving-triton", "demo-nlg-serving-balancer"]
     got = reach(rendered)
-    assert got["prometheus"] == {("triton", 8002)}
-    assert got["client"] == {("triton", 8000), ("triton", 8001)}
+    assert got["prometheus"] == {("triton", 8002), ("balancer", 8404)}
+    assert got["client"] == {("balancer", 8000), ("balancer", 8001)}
 
 
 def test_the_peers_are_the_values_lists(render):
@@ -84,13 +94,13 @@ def test_the_peers_are_the_values_lists(render):
     }}  # fmt: skip
     rendered = render(values=values)
     policies = rendered.all("NetworkPolicy")
-    triton = workload_pod(rendered, "Deployment", "-triton")
+    triton = workload_pod(rendered, "Deployment", "-balancer")  # what the clients connect to
     autoscaler = workload_pod(rendered, "Deployment", "-autoscaler")
     frontend = Pod({"app": "frontend"}, "shop", {"team": "apps"})
     assert admits(policies, frontend, triton, 8001)
     assert not admits(policies, Pod({"app": "frontend"}, "shop"), triton, 8001)  # not the team's namespace
     assert not admits(policies, Pod(CLIENT, NAMESPACE), triton, 8001)  # the default label no longer
-    assert admits(policies, Pod({}, "observability"), triton, 8002)
+    assert admits(policies, Pod({}, "observability"), workload_pod(rendered, "Deployment", "-triton"), 8002)
     # An empty list admits none (an empty `from` would admit everyone): the API's rule is left out.
     assert not admits(policies, Pod(API_CLIENT, NAMESPACE), autoscaler, 8080)
     assert not admits(policies, Pod({}, "anywhere"), autoscaler, 8080)
@@ -98,11 +108,12 @@ def test_the_peers_are_the_values_lists(render):
     assert all(rule["from"] for rule in rules)
 
 
-def test_an_empty_client_list_leaves_grpc_to_no_one(render):
+def test_an_empty_client_list_leaves_grpc_to_no_one_but_the_balancer_and_the_charts_test(render):
     rendered = render(values={"networkPolicy": {"tritonClients": []}})
     got = reach(rendered)
-    assert ("triton", 8001) not in set().union(*got.values())
-    assert got["helm test"] == {("triton", 8000)}  # the chart's own pod still streams
+    reached = {name: {p for p in ports if p[1] == 8001} for name, ports in got.items()}
+    assert {name for name, ports in reached.items() if ports} == {"balancer", "helm test"}
+    assert got["helm test"] == {("triton", 8000), ("balancer", 8000), ("balancer", 8001)}
 
 
 def test_ports_closed_by_the_values_have_no_rule(render):
@@ -119,7 +130,7 @@ def test_the_policies_validate_and_select_the_pods_they_guard(render):
     for policy in rendered.all("NetworkPolicy"):
         validate_manifest(policy)
         assert policy["spec"]["policyTypes"] == ["Ingress"]  # egress stays open: the API server, Prometheus
-    for suffix in ("-triton", "-autoscaler"):
+    for suffix in ("-triton", "-balancer", "-autoscaler"):
         pod = workload_pod(rendered, "Deployment", suffix)
         others = [p for p in rendered.all("NetworkPolicy") if not p["metadata"]["name"].endswith(suffix)]
         assert selects(rendered.one("NetworkPolicy", suffix)["spec"]["podSelector"], pod.labels)

@@ -58,7 +58,7 @@ def test_the_renderings_cover_every_pod_and_container_the_chart_can_make(render)
     assert seen >= {
         "Deployment/demo-nlg-serving-triton:package", "Deployment/demo-nlg-serving-triton:weights",
         "Deployment/demo-nlg-serving-triton:triton", "Deployment/demo-nlg-serving-autoscaler:autoscaler",
-        "Pod/demo-nlg-serving-test-stream:generate-stream",
+        "Deployment/demo-nlg-serving-balancer:haproxy", "Pod/demo-nlg-serving-test-stream:generate-stream",
     }  # fmt: skip
     assert "networkPolicy.enabled=False" in RENDERINGS, "the schema's switches are swept"
 

@@ -96,10 +96,12 @@ def test_server_flags_and_ports(render):
     assert triton["resources"]["limits"]["nvidia.com/gpu"] == 1
 
 
-def test_service_and_pdb_select_the_triton_pods(render):
-    rendered = render()
+@pytest.mark.parametrize(("balancer", "suffix"), [("none", "-triton"), ("haproxy", "-triton-pods")])
+def test_service_and_pdb_select_the_triton_pods(render, balancer, suffix):
+    """Without a balancer the clients' Service selects the pods; with one, the headless Service does."""
+    rendered = render("--set", f"balancer.kind={balancer}")
     pod_labels = rendered.one("Deployment", "-triton")["spec"]["template"]["metadata"]["labels"]
-    service = rendered.one("Service", "-triton")
+    service = rendered.one("Service", suffix)
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         "http": (8000, "http"),

@@ -48,6 +48,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         }
     },
     "autoscaler-triton-actuator": {"autoscaler": {"actuator": {"kind": "triton"}}},
+    "balancer-off": {"balancer": {"kind": "none"}},
+    "balancer-nameservers-monitored": {
+        "balancer": {"dns": {"nameservers": ["10.96.0.10:53"]}, "podDisruptionBudget": {"enabled": False}},
+        "monitoring": {"enabled": True},
+    },
+    "inference-pool": {
+        "balancer": {
+            "kind": "inferencePool",
+            "inferencePool": {
+                "gateway": {"name": "inference-gateway", "namespace": "gateways", "sectionName": "http"},
+                "endpointPicker": {"name": "gpt2-epp"},
+            },
+        }
+    },
     "autoscaler-api-token": {"autoscaler": {"api": {"tokenSecret": {"name": "autoscaler-token"}}}},
     "scheduling": {
         "triton": {
@@ -72,6 +86,7 @@ COMPANIONS: dict[tuple[str, Any], dict[str, Any]] = {
     ("weights.source", "pvc"): VARIANTS["weights-pvc"],
     ("weights.source", "initContainer"): VARIANTS["weights-init"],
     ("autoscaler.policy.type", "planner"): {"autoscaler": {"plannerProfile": {"json": "{}"}}},
+    ("balancer.kind", "inferencePool"): VARIANTS["inference-pool"],
 }
 #: Keys whose choices together decide which pods and containers exist: rendered in every combination.
 STRUCTURAL = ("scaling.mode", "package.delivery", "weights.source")

@@ -217,3 +217,13 @@ def test_the_planners_retired_keys_are_refused_naming_what_replaced_them():
     keys = [m.split(":")[0] for m in e.value.errors]
     assert keys == ["scaler.planner.plan_fraction", "scaler.planner.burst_quantile"]
     assert all("no longer a key" in m and "remove it" in m for m in e.value.errors)
+
+
+def test_routing_per_connection_runs_and_a_bad_routing_is_named(profile_file, capsys):
+    args = ["run", "--profile", str(profile_file), "--workload", "simple:1", "--count", "40", "--policy", "fixed:3"]
+    assert main([*args, "--routing", "per-connection:1"]) == 0
+    assert "routing per-connection:1" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([*args, "--routing", "per-connection"])
+    err = capsys.readouterr().err
+    assert "argument --routing: routing = 'per-connection': must be round-robin, least-loaded" in err

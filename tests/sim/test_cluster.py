@@ -23,7 +23,7 @@ def ready_pods(c: Cluster, n: int, now: float = 0.0):
 def test_round_robin_cycles_over_ready_pods():
     c = cluster()
     ready_pods(c, 3)
-    assert [c.route().index for _ in range(6)] == [1, 2, 0, 1, 2, 0]
+    assert [c.route(req(i, 0.0)).index for i in range(6)] == [1, 2, 0, 1, 2, 0]
 
 
 def test_least_loaded_picks_fewest_in_flight_then_oldest():
@@ -31,8 +31,8 @@ def test_least_loaded_picks_fewest_in_flight_then_oldest():
     a, b, _ = ready_pods(c, 3)
     a.replica.submit(RequestState(req(0, 0.0)))
     b.replica.submit(RequestState(req(1, 0.0)))
-    assert c.route().index == 2
-    assert cluster("least-loaded").route() is None  # no ready pod
+    assert c.route(req(2, 0.0)).index == 2
+    assert cluster("least-loaded").route(req(3, 0.0)) is None  # no ready pod
 
 
 def test_new_pods_are_endpoints_only_once_ready():

@@ -30,7 +30,7 @@ def _outcome(log: RunLog) -> tuple[object, ...]:
     return states, log.pod_changes, loops, log.end, log.replica_seconds
 
 
-@pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded", "per-connection:3:4"])
 @pytest.mark.parametrize(
     ("profile", "rate"),
     [

@@ -32,8 +32,6 @@ def stream_generate(
 ) -> Generator[Delta, None, None]:
     """Yield each streamed response (text delta of every choice); raise ClientError on an error response,
     an unreachable server, or ``timeout`` seconds without a response. Leaving early cancels the request."""
-    responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
-    inputs = generate_inputs(prompt, sampling, return_finish_reason=True)
     with grpcclient.InferenceServerClient(url) as client:
         try:
             # A port nobody listens on fails here at once; one that accepts but never speaks gRPC
@@ -41,34 +39,47 @@ def stream_generate(
             client.is_server_live(client_timeout=min(timeout, 10.0))
         except InferenceServerException as e:
             raise ClientError(f"cannot reach Triton at {url}: {_why(e)}") from None
-        client.start_stream(callback=lambda result, error: responses.put((result, error)))
-        finished = False
+        yield from stream_on(client, url, prompt, sampling, model, timeout)
+
+
+def stream_on(
+    client: grpcclient.InferenceServerClient,
+    url: str,
+    prompt: str,
+    sampling: dict[str, Any],
+    model: str = "gpt2",
+    timeout: float = 600.0,
+) -> Generator[Delta, None, None]:
+    """One request on a stream of its own over ``client``'s channel, as an application that keeps its
+    client sends each; what it yields and raises is stream_generate's (``url`` names the server)."""
+    responses: queue.Queue[tuple[Any, Any]] = queue.Queue()
+    inputs = generate_inputs(prompt, sampling, return_finish_reason=True)
+    client.start_stream(callback=lambda result, error: responses.put((result, error)))
+    finished = False
+    try:
         try:
+            client.async_stream_infer(model, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True)
+        except InferenceServerException as e:  # the stream broke; its callback got the reason
+            raise ClientError(f"Triton at {url}: {_why(_first_error(responses) or e)}") from None
+        while not finished:
             try:
-                client.async_stream_infer(
-                    model, inputs, request_id=uuid.uuid4().hex, enable_empty_final_response=True
+                result, error = responses.get(timeout=timeout)
+            except queue.Empty:
+                raise ClientError(f"Triton at {url}: no response within {timeout:g} s") from None
+            if error is not None:
+                raise ClientError(f"Triton at {url}: {_why(error)}")
+            final = result.get_response().parameters.get("triton_final_response")
+            finished = final is not None and final.bool_param
+            texts = result.as_numpy("text_output")
+            if texts is not None:
+                reasons = result.as_numpy("finish_reason")
+                yield Delta(
+                    [t.decode() for t in texts.reshape(-1)],
+                    [r.decode() for r in reasons.reshape(-1)] if reasons is not None else [],
                 )
-            except InferenceServerException as e:  # the stream broke; its callback got the reason
-                raise ClientError(f"Triton at {url}: {_why(_first_error(responses) or e)}") from None
-            while not finished:
-                try:
-                    result, error = responses.get(timeout=timeout)
-                except queue.Empty:
-                    raise ClientError(f"Triton at {url}: no response within {timeout:g} s") from None
-                if error is not None:
-                    raise ClientError(f"Triton at {url}: {_why(error)}")
-                final = result.get_response().parameters.get("triton_final_response")
-                finished = final is not None and final.bool_param
-                texts = result.as_numpy("text_output")
-                if texts is not None:
-                    reasons = result.as_numpy("finish_reason")
-                    yield Delta(
-                        [t.decode() for t in texts.reshape(-1)],
-                        [r.decode() for r in reasons.reshape(-1)] if reasons is not None else [],
-                    )
-        finally:
-            # Leaving before the final response (an error, Ctrl-C, a consumer that stopped) cancels it.
-            client.stop_stream(cancel_requests=not finished)
+    finally:
+        # Leaving before the final response (an error, Ctrl-C, a consumer that stopped) cancels it.
+        client.stop_stream(cancel_requests=not finished)
 
 
 def _first_error(responses: queue.Queue[tuple[Any, Any]], wait: float = 1.0) -> Any:

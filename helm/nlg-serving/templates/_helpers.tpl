@@ -88,13 +88,21 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
 {{- /* With the API on, it always has a token: a named Secret's, or the one autoscaler-token-secret.yaml creates. */}}
 {{- $tokenFile := "" }}
 {{- if gt (int $a.api.port) 0 }}{{ $tokenFile = "/var/run/secrets/nlg-autoscaler/token" }}{{ end }}
+{{- /* The triton actuator talks to one pod: through the clients' Service, or by the headless
+Service's name (its ports are the pods') when the clients' Service selects the balancer. */}}
+{{- $tritonHost := printf "%s.%s.svc" $triton $ns }}
+{{- $tritonPorts := .Values.service.ports }}
+{{- if eq .Values.balancer.kind "haproxy" }}
+{{- $tritonHost = printf "%s.%s.svc" (include "nlg-serving.triton.podsService" .) $ns }}
+{{- $tritonPorts = .Values.triton.ports }}
+{{- end }}
 {{- $config := dict
   "model_id" .Values.model.name
   "scaler" (include "nlg-serving.policy" . | fromYaml)
   "source" (dict
     "kind" $a.source.kind
     "static_targets" $a.source.static_targets
-    "service" $triton
+    "service" (include "nlg-serving.triton.podsDiscovery" .)
     "namespace" $ns
     "port_name" "metrics"
     "prometheus_url" .Values.prometheus.url
@@ -103,8 +111,8 @@ The autoscaler's config file (docs/autoscaler-config.md) as a dict: autoscaler.p
     "kind" $a.actuator.kind
     "deployment" $triton
     "namespace" $ns
-    "triton_url" (printf "http://%s.%s.svc:%v" $triton $ns .Values.service.ports.http)
-    "triton_metrics_url" (printf "http://%s.%s.svc:%v/metrics" $triton $ns .Values.service.ports.metrics))
+    "triton_url" (printf "http://%s:%v" $tritonHost $tritonPorts.http)
+    "triton_metrics_url" (printf "http://%s:%v/metrics" $tritonHost $tritonPorts.metrics))
   "loop" (dict "interval" (float64 $a.loop.interval))
   "leader_election" (dict
     "enabled" $a.leader_election.enabled

@@ -58,8 +58,9 @@ BURST_QUANTILE = 0.9
 #: Standard deviations of a binomial count of misses beyond what the target allows before a window is
 #: short (about 98% one-sided): a window of 100 requests at a 99% target is short from 3 misses, not 2.
 CHANCE_Z = 2.0
-#: One window cuts the learned capacity by at most this share: requests already late when a burst ends
-#: would otherwise read as a replica carrying almost nothing.
+#: One short window cuts the learned capacity by at most this share: requests already late when a burst
+#: ends would read as a replica carrying almost nothing, and a few misses on a lightly loaded replica (a
+#: cold start, a clump) as a replica carrying what little it had; the next short window cuts again.
 MAX_CUT = 0.5
 #: How fast the learned capacity rises while windows meet the target at the plan: this share a start-up.
 #: Slow against what a short window takes away, so that the fleet probes its edge rarely.
@@ -237,10 +238,11 @@ def short_of_target(missed: float, count: float, allowed: float) -> bool:
 
 def learn_capacity(capacity: float, shortfall: float | None, at_plan: bool, elapsed: float, lead_s: float) -> float:
     """The learned capacity after a round: down to a ``shortfall`` (what replicas carried within the SLO in
-    a short window) when there is one below it, else up by :data:`RISE` a start-up over the ``elapsed`` s
-    since the last round when the window met the target ``at_plan`` (no replica more than the work needs)."""
+    a short window) when there is one below it, by :data:`MAX_CUT` at most; else up by :data:`RISE` a
+    start-up over the ``elapsed`` s since the last round when the window met the target ``at_plan`` (no
+    replica more than the work needs)."""
     if shortfall is not None:
-        return min(capacity, shortfall)
+        return max(min(capacity, shortfall), capacity * (1 - MAX_CUT))
     return capacity * (1 + RISE) ** (elapsed / lead_s) if at_plan else capacity
 
 
@@ -322,7 +324,7 @@ def planner_decide(
     if pending is not None and now - pending.first >= window.span:
         # At most what the replicas carried within the SLO at the highest load their requests met.
         asked = (pending.missed, max(w for t, w in history if t >= pending.since) / pending.fewest)
-        shortfall = asked[1] * (1 - min(max(pending.missed - floor, 0.0), MAX_CUT))
+        shortfall = asked[1] * (1 - max(pending.missed - floor, 0.0))
         pending = None
     elapsed = now - state.serving[-1][0] if state.serving else 0.0
     at_plan = not short and not math.isnan(missed) and most <= math.ceil(work / (capacity * cfg.headroom) - 1e-9)

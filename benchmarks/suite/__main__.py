@@ -4,8 +4,9 @@
         --report benchmarks/suite.md
 
 ``--shape NAME`` (repeatable) or ``--split tune|test`` measures part of it; with ``--update`` the shapes
-measured replace theirs in the ``--json`` file and the rest are kept. ``--render PATH`` renders a results
-file without measuring.
+measured replace theirs in the ``--json`` file and the rest are kept; with ``--extend``, the ``--policy``
+rows are run alone and added to the shapes' figures in the ``--json`` file (their best fixed fleets
+kept). ``--render PATH`` renders a results file without measuring.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from benchmarks import harness
 from benchmarks.suite import figure
 from benchmarks.suite.render import cell, render, verdict
-from benchmarks.suite.runner import DEFAULT, POLICIES, cpu_seconds, measure_shape
+from benchmarks.suite.runner import DEFAULT, POLICIES, cpu_seconds, extended, measure_shape
 from benchmarks.suite.shapes import SHAPES, SPLITS, shape
 
 FIGURES = harness.REPO / "benchmarks" / "figures"
@@ -40,8 +41,12 @@ def measure(args: argparse.Namespace, old: dict[str, Any] | None = None) -> dict
         "workers": args.workers,
         "shapes": [],
     }
+    before = {x["name"]: x for x in (old or {}).get("shapes", [])}
     for s in chosen:
-        shape_data = measure_shape(s, args.workers, policies, lambda m: print(m, file=sys.stderr, flush=True))
+        say = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        shape_data = measure_shape(s, args.workers, policies, say, search=not args.extend)
+        if args.extend:
+            shape_data = extended(before[s.name], shape_data)
         data["shapes"].append(shape_data)
         print(f"{s.name}: {verdict(shape_data)[1]} ({cell(shape_data, DEFAULT)})", file=sys.stderr, flush=True)
         if args.json:  # after each shape: a long run keeps what it finished
@@ -67,11 +72,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", choices=SPLITS, help="only this set's shapes")
     parser.add_argument("--policy", action="append", default=[], help=f"instead of {', '.join(POLICIES)}")
     parser.add_argument("--update", action="store_true", help="merge into --json instead of replacing it")
+    parser.add_argument("--extend", action="store_true", help="add the --policy rows to the shapes in --json")
     args = parser.parse_args(argv)
     if args.render:
         data = harness.read_json(args.render)
     else:
-        kept = args.update and args.json and Path(args.json).exists()
+        if args.extend and not (args.policy and args.json and Path(args.json).exists()):
+            parser.error("--extend adds --policy rows to the shapes of an existing --json file")
+        kept = (args.update or args.extend) and args.json and Path(args.json).exists()
         data = measure(args, json.loads(Path(args.json).read_text()) if kept else None)
     if args.json:
         harness.write_json(args.json, data)

@@ -165,18 +165,27 @@ def cpu_seconds() -> float:
 
 
 def measure_shape(
-    shape: Shape, workers: int, policies: Sequence[str] = POLICIES, say: Callable[[str], None] = print
+    shape: Shape, workers: int, policies: Sequence[str] = POLICIES, say: Callable[[str], None] = print,
+    search: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
+    """``shape`` with ``policies``, and (``search``) the fixed fleets around the best one."""
     start = time.monotonic()
     plan = plan_of(shape)
     with mapper(workers) as map_:
         result = prepare(plan, map_, say)
         result = with_runs(result, plan, policies, map_)
-        say(f"{shape.name}: {', '.join(policies)} done; the best fixed fleet next")
+        say(f"{shape.name}: {', '.join(policies)} done")
 
         def run(result: ProtocolResult, counts: Sequence[int]) -> ProtocolResult:
             say(f"{shape.name}: " + ", ".join(f"fixed:{n}" for n in counts))
             return with_runs(result, plan, [f"fixed:{n}" for n in counts], map_)
 
-        result = best_fixed_search(result, run)
+        if search:
+            result = best_fixed_search(result, run)
     return summarize(shape, result, time.monotonic() - start)
+
+
+def extended(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A shape's ``old`` figures with ``new``'s policies added (or replaced): rows run later on the same
+    shape, its best fixed fleet and deciding window kept."""
+    return {**old, "policies": {**old["policies"], **new["policies"]}, "seconds": old["seconds"] + new["seconds"]}

@@ -160,20 +160,39 @@ class DecodeCurve:
     below: tuple[float, ...]
     above: tuple[float, ...] | None
     weight: float
+    # By where the context falls in the grid (``bisect_right``), the segment a lookup interpolates
+    # on: its start, its width and each row's value and rise there, the differences taken once. A
+    # lookup is then one bisection and the arithmetic it always did, in the same order (the simulator
+    # asks once a step). None for a one-point context grid.
+    _segments: tuple[tuple[int, int, float, float, float, float], ...] | None = field(
+        init=False, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        grid, lo, hi = self.context, self.below, self.above if self.above is not None else self.below
+        segments = None
+        if len(grid) > 1:
+            last = len(grid) - 2
+            segments = tuple(
+                (grid[j], grid[j + 1] - grid[j], lo[j], lo[j + 1] - lo[j], hi[j], hi[j + 1] - hi[j])
+                for j in (min(max(k - 1, 0), last) for k in range(len(grid) + 1))
+            )
+        object.__setattr__(self, "_segments", segments)
 
     def __call__(self, mean_context: float) -> float:
-        lo_row, hi_row = self.below, self.above
-        if len(self.context) > 1:
-            j, wj = _locate(self.context, mean_context)
-            lo = lo_row[j] + (lo_row[j + 1] - lo_row[j]) * wj
-            if hi_row is None:
+        segments = self._segments
+        if segments is not None:
+            start, width, lo, lo_rise, hi, hi_rise = segments[bisect_right(self.context, mean_context)]
+            w = (mean_context - start) / width
+            lo = lo + lo_rise * w
+            if self.above is None:
                 return max(lo, 1e-6)
-            hi = hi_row[j] + (hi_row[j + 1] - hi_row[j]) * wj
+            hi = hi + hi_rise * w
         else:
-            lo = lo_row[0]
-            if hi_row is None:
+            lo = self.below[0]
+            if self.above is None:
                 return max(lo, 1e-6)
-            hi = hi_row[0]
+            hi = self.above[0]
         return max(lo + (hi - lo) * self.weight, 1e-6)
 
 

@@ -214,9 +214,11 @@ class Simulation:
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunLog:
         # The trace's requests and their states live through the run: frozen, they are out of the
-        # collector's full passes, which otherwise walk every one of them again and again as the
-        # engines' short-lived objects come and go. Unfrozen after, so whatever the run left as
-        # garbage is collected as usual.
+        # collector's passes, which otherwise walk every one of them again and again as the engines'
+        # short-lived objects come and go. Without an autoscaler nothing in a run makes reference
+        # cycles, so what exists is frozen again every 1,024 arrivals (`_arrive`), the states made
+        # since included; an autoscaler's rounds do make cyclic garbage, which must stay collectable.
+        # Unfrozen after, so whatever the run left as garbage is collected as usual.
         gc.freeze()
         try:
             return self._run(progress)
@@ -278,6 +280,8 @@ class Simulation:
 
     def _arrive(self, i: int) -> None:
         self._next_arrival = i + 1
+        if not i & 1023 and self.controller is None:
+            gc.freeze()  # `run` says why
         state = RequestState(self._requests[i])
         self.states.append(state)
         pod = self.cluster.route()

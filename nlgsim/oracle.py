@@ -51,6 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nlgsim.feasibility import infeasible
+from nlgsim.overload import FirstTokenBound
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import RequestState
 from nlgsim.results import request_table, violations
@@ -103,6 +104,7 @@ class _Candidates:
         self._limit_t = np.array([t for t, _, _ in limits], dtype=np.float64)
         self._limit_ttft = np.array([f for _, f, _ in limits], dtype=bool)
         self._limit_rank = np.array([k for _, _, k in limits], dtype=np.int64)
+        self._bound = FirstTokenBound(profile, self.ranked, self.scored, slo)
 
     def attainment(self, replicas: int, give_up: bool = True) -> float:
         """Attainment on ``replicas`` fixed replicas; with ``give_up``, NaN as soon as it is known to fall
@@ -111,6 +113,11 @@ class _Candidates:
             parts = [(r, replicas, 1) for r in range(replicas)]  # ranks r, r + n, ... on one replica
         else:
             parts = [(0, 1, replicas)]
+        if give_up:
+            # Misses certain before any run (nlgsim.overload): a count far too few is known at once.
+            certain = sum(int(self._bound.misses(first, step).sum()) for first, step, n in parts if n == 1)
+            if 1.0 - certain / self.total < self.slo.target:
+                return math.nan
         missed = 0
         for first, step, n in parts:
             if first >= len(self.ranked):

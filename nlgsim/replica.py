@@ -77,9 +77,8 @@ class Replica:
         pages = PagePool(profile.total_pages, profile.page_size, profile.max_context)
         self.scheduler = Scheduler(config, pages, LengthPredictor(), lazy=True)
         self.busy = False
-        # What the step in progress does, for the simulator's `decode_ahead`: it only decodes; and the
-        # queue's head waits for a choice to end (a request arriving meanwhile only queues behind it).
-        self.decoding_only = False
+        # Whether the step in progress only decodes and the queue's head waits for a choice to end: a
+        # request arriving meanwhile only queues behind it (the simulator's `run_ahead` goes past it).
         self.admits_nobody = False
         self.outstanding = 0  # requests submitted and not finished
         self._states: dict[str, RequestState] = {}
@@ -142,9 +141,8 @@ class Replica:
             cost = self._prefill_s
             for chunk in prefill:
                 t += cost[chunk.end] - cost[chunk.start]
-            self.decoding_only = self.admits_nobody = False
+            self.admits_nobody = False
         else:
-            self.decoding_only = rows > 0
             self.admits_nobody = rows >= self.profile.max_batch or scheduler.num_waiting > 0
         queued = self._queued
         while queued and queued[0].status is not RequestStatus.WAITING:
@@ -181,6 +179,19 @@ class Replica:
         if not self.scheduler.has_work:
             return -1.0
         return self.start(now)
+
+    def run_ahead(self, end: float, until: float) -> float:
+        """``decode_ahead``, after finishing at once the prefill steps in progress that end before ``until``
+        with no choice ending in them (``Scheduler.ends_a_choice``), each with ``finish`` and the next
+        begun with ``start`` at its end, as stepping would: a prompt's steps and the decoding after them
+        are one event of the simulator's, not one a step."""
+        schedule = self._schedule
+        assert schedule is not None, "run_ahead without a step started"
+        while schedule.prefill and end < until and not self.scheduler.ends_a_choice(schedule):
+            self.finish(end)
+            end = self.start(end)
+            schedule = self._schedule
+        return self.decode_ahead(end, until)
 
     def decode_ahead(self, end: float, until: float) -> float:
         """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while

@@ -165,7 +165,7 @@ class Simulation:
         self, scenario: Scenario, stop: StopWhen | None = None, ahead: bool = True, instruments: bool | None = None
     ) -> None:
         """``ahead=False`` puts every engine step through the event queue (the tests' reference for
-        ``Replica.decode_ahead``, which gives the same run). ``instruments``: whether the pods keep their
+        ``Replica.run_ahead``, which gives the same run). ``instruments``: whether the pods keep their
         metrics; by default only where an autoscaler scrapes them (a policy)."""
         self.s = scenario
         self._ahead = ahead
@@ -191,7 +191,7 @@ class Simulation:
         self._seq = itertools.count()
         self._left = len(self._requests)
         self.now = 0.0
-        # What bounds a replica's steps run ahead of the queue (Replica.decode_ahead): the next
+        # What bounds a replica's steps run ahead of the queue (Replica.run_ahead): the next
         # arrival, scrape and round, and the pods still starting (a pod ready changes the routing).
         self._next_arrival = 0
         self._next_scrape = math.inf
@@ -303,8 +303,8 @@ class Simulation:
             if pod.deleted is not None:
                 self.cluster.drained(pod, self.now)
             return
-        if self._ahead and replica.decoding_only:
-            end = replica.decode_ahead(end, self._quiet_until(pod))
+        if self._ahead:
+            end = replica.run_ahead(end, self._quiet_until(pod))
         heapq.heappush(self._events, (end, _STEP, next(self._seq), pod))
 
     def _quiet_until(self, pod: Pod) -> float:

@@ -191,6 +191,7 @@ class Replica:
             self.finish(end)
             end = self.start(end)
             schedule = self._schedule
+            assert schedule is not None
         return self.decode_ahead(end, until)
 
     def decode_ahead(self, end: float, until: float) -> float:

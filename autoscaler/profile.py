@@ -99,11 +99,17 @@ class EngineProfile:
 
     def decode_curve(self, batch: int) -> DecodeCurve:
         """``decode_step_s`` at one batch size, as a function of the mean context: the batch's grid
-        segment is located once, so a caller stepping the same batch (the simulator) keeps it."""
-        i, wi = _locate(self.decode_batch, float(batch))
-        below = self.decode_s[i]
-        above = self.decode_s[i + 1] if len(self.decode_batch) > 1 else None
-        return DecodeCurve(self.decode_context, below, above, wi)
+        segment is located once, and each batch size's curve is made once (the profile is read only),
+        so the planner, the feasibility check and the simulator asking again get it at once."""
+        # Kept beside the fields (a frozen dataclass's own dictionary), out of comparisons and JSON.
+        curves: dict[int, DecodeCurve] = self.__dict__.setdefault("_decode_curves", {})
+        curve = curves.get(batch)
+        if curve is None:
+            i, wi = _locate(self.decode_batch, float(batch))
+            below = self.decode_s[i]
+            above = self.decode_s[i + 1] if len(self.decode_batch) > 1 else None
+            curve = curves[batch] = DecodeCurve(self.decode_context, below, above, wi)
+        return curve
 
     def prefill_time_s(self, prompt_tokens: int) -> float:
         """P(n): time to prefill a prompt of ``n`` tokens alone, in the engine's chunks.

@@ -166,13 +166,13 @@ class DecodeCurve:
     below: tuple[float, ...]
     above: tuple[float, ...] | None
     weight: float
-    # By where the context falls in the grid (``bisect_right``), the segment a lookup interpolates
-    # on: its start, its width and each row's value and rise there, the differences taken once. A
-    # lookup is then one bisection and the arithmetic it always did, in the same order (the simulator
-    # asks once a step). None for a one-point context grid.
-    _segments: tuple[tuple[int, int, float, float, float, float], ...] | None = field(
+    segments: tuple[tuple[int, int, float, float, float, float], ...] | None = field(
         init=False, repr=False, compare=False
     )
+    """By where the context falls in the grid (``bisect_right``), the segment a lookup interpolates on:
+    its start, its width and each row's value and rise there, the differences taken once. A lookup is
+    then one bisection and the arithmetic it always did, in the same order (the simulator asks once a
+    step, and writes the lookup out where it asks for many steps at once). None for a one-point grid."""
 
     def __post_init__(self) -> None:
         grid, lo, hi = self.context, self.below, self.above if self.above is not None else self.below
@@ -183,10 +183,10 @@ class DecodeCurve:
                 (grid[j], grid[j + 1] - grid[j], lo[j], lo[j + 1] - lo[j], hi[j], hi[j + 1] - hi[j])
                 for j in (min(max(k - 1, 0), last) for k in range(len(grid) + 1))
             )
-        object.__setattr__(self, "_segments", segments)
+        object.__setattr__(self, "segments", segments)
 
     def __call__(self, mean_context: float) -> float:
-        segments = self._segments
+        segments = self.segments
         if segments is not None:
             start, width, lo, lo_rise, hi, hi_rise = segments[bisect_right(self.context, mean_context)]
             w = (mean_context - start) / width

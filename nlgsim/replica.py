@@ -28,7 +28,7 @@ autoscaler, the oracle's) keeps none: its requests' outcomes are the same.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +91,7 @@ class Replica:
         self._prefill_s = _Lookup(profile.prefill_time_s)
         self._prefill_s[0] = 0.0  # a chunk from a prompt's start costs P(end)
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
+        self._max_batch = profile.max_batch
         self._total_pages = pages.num_pages
         self._params: dict[tuple[int, int], SamplingParams] = {}  # by (max_tokens, n): a request's are read only
 
@@ -143,7 +144,7 @@ class Replica:
                 t += cost[chunk.end] - cost[chunk.start]
             self.admits_nobody = False
         else:
-            self.admits_nobody = rows >= self.profile.max_batch or scheduler.num_waiting > 0
+            self.admits_nobody = rows >= self._max_batch or scheduler.num_waiting > 0
         queued = self._queued
         while queued and queued[0].status is not RequestStatus.WAITING:
             self._states[queued.popleft().request_id].admitted = now
@@ -227,8 +228,19 @@ class Replica:
         total_s, count = itl.total + value * batch, itl.count + batch
         steps = 1
         step_end = end
+        # DecodeCurve.__call__ written out where it can be (the same arithmetic, in the same order).
+        segments, grid, weight = curve.segments or (), curve.context, curve.weight
+        inline = not pad and bool(segments) and curve.above is not None
         while steps < limit:
-            step_end = end + curve(longest + steps if pad else (total + batch * steps) / batch)
+            if inline:
+                x = (total + batch * steps) / batch
+                start, width, lo, lo_rise, hi, hi_rise = segments[bisect_right(grid, x)]
+                w = (x - start) / width
+                lo = lo + lo_rise * w
+                hi = hi + hi_rise * w
+                step_end = end + max(lo + (hi - lo) * weight, 1e-6)
+            else:
+                step_end = end + curve(longest + steps if pad else (total + batch * steps) / batch)
             if step_end >= until:
                 break
             if observed:

@@ -10,26 +10,20 @@ import math
 
 import numpy as np
 import pytest
-from sim_testkit import paper_profile
+from sim_testkit import conv_fleet, paper_profile
 
-from nlgsim.experiment import parse_workload
 from nlgsim.oracle import _Candidates, _intervals, oracle
-from nlgsim.profile import EngineProfile, load_profile
+from nlgsim.profile import EngineProfile
 from nlgsim.results import request_table, violations
 from nlgsim.simulator import Scenario, Simulation
 from nlgsim.slo import SLO
-from nlgsim.workload import FleetScale, Request
+from nlgsim.workload import Request
 
 TRACE_SLO = SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken"))
 
 
 def conv_x10() -> tuple[EngineProfile, list[Request]]:
-    profile = load_profile("benchmarks/profiles/h100-gpt2-xl-fp16.json")
-    requests = parse_workload(
-        "trace:benchmarks/traces/azure2023_conv.csv", profile, duration=150, lengths="scale:0.125",
-        scale=FleetScale(10, 15.0, 7),
-    ).requests  # fmt: skip
-    return profile, requests
+    return conv_fleet(150)
 
 
 def bursts() -> tuple[EngineProfile, list[Request]]:

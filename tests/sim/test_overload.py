@@ -7,15 +7,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from sim_testkit import paper_profile
+from sim_testkit import conv_fleet, paper_profile
 
-from nlgsim.experiment import parse_workload
 from nlgsim.overload import FirstTokenBound
 from nlgsim.profile import EngineProfile, load_profile
 from nlgsim.results import request_table, violations
 from nlgsim.simulator import Scenario, simulate
 from nlgsim.slo import SLO
-from nlgsim.workload import COMPLEX, FleetScale, Request, thesis_requests
+from nlgsim.workload import COMPLEX, Request, thesis_requests
 
 TRACE_SLO = SLO(ttft_s=1.0, per_token_s=0.05, attain=("ttft", "pertoken"))
 H100 = "benchmarks/profiles/h100-gpt2-xl-fp16.json"
@@ -23,12 +22,7 @@ T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json"
 
 
 def conv_x10() -> tuple[EngineProfile, list[Request]]:
-    profile = load_profile(H100)
-    requests = parse_workload(
-        "trace:benchmarks/traces/azure2023_conv.csv", profile, duration=60, lengths="scale:0.125",
-        scale=FleetScale(10, 15.0, 7),
-    ).requests  # fmt: skip
-    return profile, requests
+    return conv_fleet(60)
 
 
 def long_prompts() -> tuple[EngineProfile, list[Request]]:

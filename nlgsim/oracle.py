@@ -21,7 +21,9 @@ requests have missed than the target allows (the answer is then known: too few),
 as missed once a limit it must meet has passed with it unserved, so the counts below the answer cost
 little however long their queues would grow. With round-robin routing each of the n replicas is
 simulated alone (nothing passes between fixed replicas), so a count that falls short is mostly given
-up on within its first replica's run.
+up on within its first replica's run. A count far too few is given up on before any run: a lower bound
+on each request's first token on one replica (:mod:`nlgsim.overload`) makes more misses certain than
+the target allows.
 
 With every feasible request alone on a replica each meets the SLO, so an interval can fall short
 only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the

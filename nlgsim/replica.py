@@ -21,8 +21,9 @@ that made it.
 
 The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus its events (a
 page taken, a choice ended, a request admitted), not O(batch). Its requests hold prompt lengths, not
-token ids (``Request.counted``). ``Replica.decode_ahead`` has the scheduler run the steps between
-events at once. A replica whose metrics nobody scrapes (``instruments=False``: a fleet without an
+token ids (``Request.counted``). ``Replica.run_ahead`` finishes the steps between events at once: the
+prefill steps in which no choice ends, then the decode steps (``decode_ahead``, the scheduler taking
+them back together). A replica whose metrics nobody scrapes (``instruments=False``: a fleet without an
 autoscaler, the oracle's) keeps none: its requests' outcomes are the same.
 """
 

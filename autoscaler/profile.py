@@ -99,11 +99,17 @@ class EngineProfile:
 
     def decode_curve(self, batch: int) -> DecodeCurve:
         """``decode_step_s`` at one batch size, as a function of the mean context: the batch's grid
-        segment is located once, so a caller stepping the same batch (the simulator) keeps it."""
-        i, wi = _locate(self.decode_batch, float(batch))
-        below = self.decode_s[i]
-        above = self.decode_s[i + 1] if len(self.decode_batch) > 1 else None
-        return DecodeCurve(self.decode_context, below, above, wi)
+        segment is located once, and each batch size's curve is made once (the profile is read only),
+        so the planner, the feasibility check and the simulator asking again get it at once."""
+        # Kept beside the fields (a frozen dataclass's own dictionary), out of comparisons and JSON.
+        curves: dict[int, DecodeCurve] = self.__dict__.setdefault("_decode_curves", {})
+        curve = curves.get(batch)
+        if curve is None:
+            i, wi = _locate(self.decode_batch, float(batch))
+            below = self.decode_s[i]
+            above = self.decode_s[i + 1] if len(self.decode_batch) > 1 else None
+            curve = curves[batch] = DecodeCurve(self.decode_context, below, above, wi)
+        return curve
 
     def prefill_time_s(self, prompt_tokens: int) -> float:
         """P(n): time to prefill a prompt of ``n`` tokens alone, in the engine's chunks.
@@ -160,20 +166,39 @@ class DecodeCurve:
     below: tuple[float, ...]
     above: tuple[float, ...] | None
     weight: float
+    segments: tuple[tuple[int, int, float, float, float, float], ...] | None = field(
+        init=False, repr=False, compare=False
+    )
+    """By where the context falls in the grid (``bisect_right``), the segment a lookup interpolates on:
+    its start, its width and each row's value and rise there, the differences taken once. A lookup is
+    then one bisection and the arithmetic it always did, in the same order (the simulator asks once a
+    step, and writes the lookup out where it asks for many steps at once). None for a one-point grid."""
+
+    def __post_init__(self) -> None:
+        grid, lo, hi = self.context, self.below, self.above if self.above is not None else self.below
+        segments = None
+        if len(grid) > 1:
+            last = len(grid) - 2
+            segments = tuple(
+                (grid[j], grid[j + 1] - grid[j], lo[j], lo[j + 1] - lo[j], hi[j], hi[j + 1] - hi[j])
+                for j in (min(max(k - 1, 0), last) for k in range(len(grid) + 1))
+            )
+        object.__setattr__(self, "segments", segments)
 
     def __call__(self, mean_context: float) -> float:
-        lo_row, hi_row = self.below, self.above
-        if len(self.context) > 1:
-            j, wj = _locate(self.context, mean_context)
-            lo = lo_row[j] + (lo_row[j + 1] - lo_row[j]) * wj
-            if hi_row is None:
+        segments = self.segments
+        if segments is not None:
+            start, width, lo, lo_rise, hi, hi_rise = segments[bisect_right(self.context, mean_context)]
+            w = (mean_context - start) / width
+            lo = lo + lo_rise * w
+            if self.above is None:
                 return max(lo, 1e-6)
-            hi = hi_row[j] + (hi_row[j + 1] - hi_row[j]) * wj
+            hi = hi + hi_rise * w
         else:
-            lo = lo_row[0]
-            if hi_row is None:
+            lo = self.below[0]
+            if self.above is None:
                 return max(lo, 1e-6)
-            hi = hi_row[0]
+            hi = self.above[0]
         return max(lo + (hi - lo) * self.weight, 1e-6)
 
 

@@ -1,12 +1,13 @@
 """One side of `benchmarks.sim_replica_speed`: times the simulator of the source tree it is given, so that
 a tree checked out at an earlier commit runs the same measurement as this one.
 
-    python benchmarks/sim_speed_side.py TREE workloads|fleet|report|whole_report
+    python benchmarks/sim_speed_side.py TREE workloads|fleet NAME|oracle|report|whole_report
 
 prints one JSON object. It is run as a script, from TREE, with TREE first on the path: everything it
 imports is TREE's. It uses only what both sides have (`nlgsim.simulator.simulate`, `nlgsim.cli.main`,
-`nlgsim.protocol.run_plan`, the scaling report's experiments and its runner's `run`), and says whether its
-replica runs the engine's scheduler, and from where it was imported, so the report says what ran.
+`nlgsim.oracle.oracle`, `nlgsim.protocol.run_plan`, the scaling report's experiments and its runner's
+`run`), and says whether its replica runs the engine's scheduler, and from where it was imported, so the
+report says what ran.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ import inspect
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +36,28 @@ WORKLOADS = [
     ("simple", T4, "simple", 12.0, 6000, 4),
     ("simple, full batch", H100, "simple", 60.0, 3000, 1),
 ]
-FLEET_NAME = "azure2023_conv x10, scale:0.125, fixed:6, 400 s, 1 window (trace protocol, oracle included)"
-FLEET = [
-    "run", "--protocol", "trace", "--profile", H100, "--workload", "trace:benchmarks/traces/azure2023_conv.csv",
-    "--map-lengths", "scale:0.125", "--scale", "10", "--policy", "fixed:6", "--duration", "400", "--windows", "1",
-]  # fmt: skip
+CONV = "trace:benchmarks/traces/azure2023_conv.csv"
+X10 = ["--map-lengths", "scale:0.125", "--scale", "10", "--scale-jitter", "15", "--scale-seed", "7"]
+X100 = ["--map-lengths", "scale:0.125", "--scale", "100", "--scale-jitter", "15", "--scale-seed", "7"]
+#: name -> (what it is, the command line): runs of the simulator's command line, timed whole (the oracle,
+#: parsing the trace and starting Python included) as a user pays for them.
+FLEETS = {
+    "x10": (
+        "azure2023_conv x10, fixed:2, the whole trace in 4 windows (trace protocol, oracle included)",
+        ["run", "--protocol", "trace", "--profile", H100, "--workload", CONV, *X10, "--policy", "fixed:2"],
+    ),
+    "x100": (
+        "azure2023_conv x100, fixed:20, 300 s in 1 window (trace protocol, oracle included)",
+        ["run", "--protocol", "trace", "--profile", H100, "--workload", CONV, *X100, "--duration", "300",
+         "--windows", "1", "--policy", "fixed:20"],
+    ),
+    "planner-x10": (
+        "azure2023_conv x10, 600 s, one run of the planner (its rounds and scrapes; no oracle)",
+        ["run", "--profile", H100, "--workload", CONV, *X10, "--duration", "600", "--policy", "planner"],
+    ),
+}  # fmt: skip
+#: The oracle alone (nlgsim.oracle.oracle) on the x100 run's requests: what it is, and --duration.
+ORACLE = ("azure2023_conv x100, 300 s: the trace protocol's oracle alone", 300.0)
 #: The scaling report's experiment timed whole, as the report runs it: the fleet-scale one at x10.
 REPORT_EXPERIMENT = "trace-conv-h100-x10"
 REPORT_WORKERS = 2
@@ -61,8 +81,9 @@ def workloads() -> dict[str, Any]:
     return {"cpu_s": seconds}
 
 
-def fleet() -> dict[str, Any]:
-    """The fleet run's CPU-s, and how many of them went to the garbage collector's passes."""
+def fleet(name: str) -> dict[str, Any]:
+    """A run of `FLEETS`: its CPU-s, how many of them went to the garbage collector's passes, and the
+    requests of its workload (as the command prints them)."""
     from nlgsim import cli
 
     collecting = [0.0, 0.0]  # CPU-s in collections, and when the one under way began
@@ -73,14 +94,38 @@ def fleet() -> dict[str, Any]:
         else:
             collecting[0] += time.process_time() - collecting[1]
 
+    printed = io.StringIO()
     gc.callbacks.append(timed)
     try:
         start = time.process_time()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            cli.main(FLEET)
-        return {"cpu_s": time.process_time() - start, "gc_s": collecting[0]}
+        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
+            cli.main(FLEETS[name][1])
+        cpu = time.process_time() - start
     finally:
         gc.callbacks.remove(timed)
+    found = re.search(r"(\d+) requests over", printed.getvalue())
+    return {"cpu_s": cpu, "gc_s": collecting[0], "requests": int(found.group(1)) if found else 0}
+
+
+def oracle() -> dict[str, Any]:
+    """`ORACLE`: the CPU-s of the oracle alone over the trace protocol's SLO and bounds, and its requests."""
+    from nlgsim.experiment import parse_workload
+    from nlgsim.oracle import oracle
+    from nlgsim.profile import load_profile
+    from nlgsim.protocol import PROTOCOLS
+    from nlgsim.workload import FleetScale
+
+    profile = load_profile(H100)
+    scale = FleetScale(100, 15.0, 7)  # as X100 says
+    requests = parse_workload(CONV, profile, duration=ORACLE[1], lengths="scale:0.125", scale=scale).requests
+    protocol = PROTOCOLS["trace"]
+    bounds = protocol.scaler
+    start = time.process_time()
+    oracle(
+        profile, requests, protocol.slo, min_replicas=int(bounds["min_deployment_count"]),
+        max_replicas=int(bounds["max_deployment_count"]),
+    )  # fmt: skip
+    return {"cpu_s": time.process_time() - start, "requests": len(requests)}
 
 
 def report() -> dict[str, Any]:
@@ -107,16 +152,18 @@ def whole_report() -> dict[str, Any]:
     return {"wall_s": wall, "experiments": data["wall_s"], "load_after": os.getloadavg()[0]}
 
 
-ITEMS = {"workloads": workloads, "fleet": fleet, "report": report, "whole_report": whole_report}
+ITEMS: dict[str, Callable[..., dict[str, Any]]] = {
+    "workloads": workloads, "fleet": fleet, "oracle": oracle, "report": report, "whole_report": whole_report,
+}  # fmt: skip
 
 
 def main() -> None:
-    tree, item = sys.argv[1], sys.argv[2]
+    tree, item, *args = sys.argv[1:]
     sys.path.insert(0, tree)
     os.chdir(tree)
     import nlgsim.replica
 
-    result = ITEMS[item]()
+    result = ITEMS[item](*args)
     # Whether this side's replica runs the engine's scheduler, or its own copy of admission and batching.
     result["engine_scheduler"] = "Scheduler(" in inspect.getsource(nlgsim.replica)
     result["source"] = os.path.relpath(nlgsim.replica.__file__ or "", tree)

@@ -43,12 +43,21 @@ class Pod:
 
 
 class Cluster:
-    def __init__(self, profile: EngineProfile, routing: str, on_done: OnDone, startup_s: float | None = None):
+    def __init__(
+        self,
+        profile: EngineProfile,
+        routing: str,
+        on_done: OnDone,
+        startup_s: float | None = None,
+        instruments: bool = True,
+    ):
         self.router: Router[Pod] = make_router(routing)
         self.profile = profile
         self.routing = routing
         self.on_done = on_done
         self.startup_s = profile.startup_s if startup_s is None else startup_s
+        self.instruments = instruments
+        """Whether the pods keep their metrics (``Replica``'s ``instruments``)."""
         self.pods: list[Pod] = []
         self.ready: list[Pod] = []  # Service endpoints, in order of readiness
         self.pending: deque[RequestState] = deque()  # requests waiting for a ready pod
@@ -62,7 +71,7 @@ class Cluster:
 
     def create(self, now: float, ready_now: bool = False) -> Pod:
         pod = Pod(
-            Replica(len(self.pods), self.profile, self.on_done),
+            Replica(len(self.pods), self.profile, self.on_done, self.instruments),
             now,
             now if ready_now else now + self.startup_s,
         )

@@ -21,7 +21,9 @@ requests have missed than the target allows (the answer is then known: too few),
 as missed once a limit it must meet has passed with it unserved, so the counts below the answer cost
 little however long their queues would grow. With round-robin routing each of the n replicas is
 simulated alone (nothing passes between fixed replicas), so a count that falls short is mostly given
-up on within its first replica's run.
+up on within its first replica's run. A count far too few is given up on before any run: a lower bound
+on each request's first token on one replica (:mod:`nlgsim.overload`) makes more misses certain than
+the target allows.
 
 With every feasible request alone on a replica each meets the SLO, so an interval can fall short
 only when ``max_replicas`` is too few for its load. Such an interval is **unattainable** within the
@@ -42,7 +44,6 @@ trace this is the bound a real scaler can approach; the zero start-up one it can
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -52,6 +53,7 @@ import numpy as np
 import numpy.typing as npt
 
 from nlgsim.feasibility import infeasible
+from nlgsim.overload import FirstTokenBound
 from nlgsim.profile import EngineProfile
 from nlgsim.replica import RequestState
 from nlgsim.results import request_table, violations
@@ -74,84 +76,108 @@ def _attainment(
     give_up: bool = True,
 ) -> float:
     """Attainment of the requests ``scored`` marks when all of ``requests`` run on ``replicas`` fixed
-    replicas; with ``give_up``, NaN as soon as it is known to fall short of the target.
+    replicas; with ``give_up``, NaN as soon as it is known to fall short of the target."""
+    return _Candidates(profile, requests, scored, slo, routing).attainment(replicas, give_up)
+
+
+class _Candidates:
+    """One interval's requests, to be scored on one count of fixed replicas after another: what every
+    count shares (the arrival order, each scored request's limits) is worked out once.
 
     Round-robin over fixed replicas sends the k-th request (in arrival order) to replica k mod n, and
     nothing else passes between them: each replica's run is its own, and is simulated alone, one after
     another, the misses added up. A count that falls short is then mostly given up on within its first
     replica's run, not after all n have run side by side; the attainment of one that meets the target is
     the same number (a sum of whole misses)."""
-    total = max(int(scored.sum()), 1)
-    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival, requests[i].id))
-    if routing == "round-robin" and replicas > 1:
-        parts = [(order[r::replicas], 1) for r in range(replicas)]
-    else:
-        parts = [(order, replicas)]
-    missed = 0
-    for part, n in parts:
-        if not part:
-            continue  # fewer requests than replicas
-        bad = _missed(profile, [requests[i] for i in part], scored[part], n, slo, routing, missed, total, give_up)
-        if bad is None:
-            return math.nan
-        missed += bad
-    return 1.0 - missed / total
 
+    def __init__(
+        self, profile: EngineProfile, requests: list[Request], scored: npt.NDArray[np.bool_], slo: SLO, routing: str
+    ) -> None:
+        self.profile, self.slo, self.routing = profile, slo, routing
+        self.total = max(int(scored.sum()), 1)
+        keys = [(r.arrival, r.id) for r in requests]
+        order = sorted(range(len(requests)), key=keys.__getitem__)
+        self.ranked = [requests[i] for i in order]  # in arrival order: a request's rank is its place here
+        self.scored = scored[order]
+        # Each time after which a scored request misses unless served (`_limits`), with whether it is
+        # its TTFT limit and its rank.
+        limits = [(t, first_token, k) for k in np.flatnonzero(self.scored).tolist() for t, first_token in
+                  _limits(self.ranked[k], slo)]  # fmt: skip
+        self._limit_t = np.array([t for t, _, _ in limits], dtype=np.float64)
+        self._limit_ttft = np.array([f for _, f, _ in limits], dtype=bool)
+        self._limit_rank = np.array([k for _, _, k in limits], dtype=np.int64)
+        self._bound = FirstTokenBound(profile, self.ranked, self.scored, slo)
 
-def _missed(
-    profile: EngineProfile,
-    requests: list[Request],
-    scored: npt.NDArray[np.bool_],
-    replicas: int,
-    slo: SLO,
-    routing: str,
-    before: int,
-    total: int,
-    give_up: bool,
-) -> int | None:
-    """The scored requests that miss ``slo`` when ``requests`` (in arrival order) run on ``replicas``
-    fixed replicas; with ``give_up``, None as soon as these and the ``before`` missed elsewhere are more
-    than the target allows of ``total``."""
-    missed = before
-    passed = 0  # of `limits`, those passed so far
+    def attainment(self, replicas: int, give_up: bool = True) -> float:
+        """Attainment on ``replicas`` fixed replicas; with ``give_up``, NaN as soon as it is known to fall
+        short of the target."""
+        if self.routing == "round-robin" and replicas > 1:
+            parts = [(r, replicas, 1) for r in range(replicas)]  # ranks r, r + n, ... on one replica
+        else:
+            parts = [(0, 1, replicas)]
+        if give_up:
+            # Misses certain before any run (nlgsim.overload): a count far too few is known at once.
+            certain = sum(int(self._bound.misses(first, step).sum()) for first, step, n in parts if n == 1)
+            if 1.0 - certain / self.total < self.slo.target:
+                return math.nan
+        missed = 0
+        for first, step, n in parts:
+            if first >= len(self.ranked):
+                continue  # fewer requests than replicas
+            bad = self._missed(first, step, n, missed, give_up)
+            if bad is None:
+                return math.nan
+            missed += bad
+        return 1.0 - missed / self.total
 
-    def hopeless(state: RequestState) -> bool:
-        nonlocal missed, passed
-        now = state.finish
-        while passed < len(limits) and limits[passed][0] < now:
-            _, first_token, i = limits[passed]
-            passed += 1
-            late = watched[i]
-            if not counted[i] and (late.first_token < 0 if first_token else late.finish < 0):
-                counted[i] = 1
-                missed += 1
-        i = index.get(id(state), -1)
-        if i >= 0 and not counted[i]:
-            counted[i] = 1
-            arrival = state.request.arrival
-            missed += slo.missed_one(state.finish - arrival, state.first_token - arrival, state.per_token)
-        return give_up and 1.0 - missed / total < slo.target
+    def _missed(self, first: int, step: int, replicas: int, before: int, give_up: bool) -> int | None:
+        """The scored requests that miss the SLO when the ranks ``first``, ``first + step``, ... run on
+        ``replicas`` fixed replicas; with ``give_up``, None as soon as these and the ``before`` missed
+        elsewhere are more than the target allows."""
+        slo, total = self.slo, self.total
+        if give_up and 1.0 - before / total < slo.target:
+            return None
+        missed = before
+        passed = 0  # of the limits, those passed so far
 
-    if give_up and 1.0 - before / total < slo.target:
-        return None
-    sim = Simulation(
-        Scenario(profile, requests, policy=None, initial_replicas=replicas, routing=routing), stop=hopeless
-    )
-    by_id = {state.request.id: state for state in sim.states}
-    watched = [by_id[r.id] for r, s in zip(requests, scored, strict=True) if s]
-    index = {id(state): i for i, state in enumerate(watched)}
-    # A scored request is known to miss once a limit it must meet has passed with it unfinished (or,
-    # for TTFT, without its first token): counted then, not when it finishes, so a count of replicas
-    # that falls short is given up on while its queue is still short. The answer is the same: a
-    # request counted early misses when it finishes, and the count only grows.
-    limits = sorted(
-        (t, first_token, i) for i, state in enumerate(watched) for t, first_token in _limits(state.request, slo)
-    )
-    counted = bytearray(len(watched))  # 1: its miss, or its meeting the SLO, is counted
-    log = sim.run()
-    if log.stopped:
-        return None
-    return int((slo.missed(violations(request_table(log), slo)) & scored).sum())
+        def hopeless(state: RequestState) -> bool:
+            nonlocal missed, passed
+            now = state.finish
+            while passed < len(limit_t) and limit_t[passed] < now:
+                j = limit_at[passed]
+                late = states[j]
+                if not counted[j] and (late.first_token < 0 if limit_ttft[passed] else late.finish < 0):
+                    counted[j] = 1
+                    missed += 1
+                passed += 1
+            j = index.get(id(state.request), -1)
+            if j >= 0 and not counted[j]:
+                counted[j] = 1
+                arrival = state.request.arrival
+                missed += slo.missed_one(state.finish - arrival, state.first_token - arrival, state.per_token)
+            return give_up and 1.0 - missed / total < slo.target
+
+        requests = self.ranked[first::step]
+        scored = self.scored[first::step]
+        scenario = Scenario(self.profile, requests, None, initial_replicas=replicas, routing=self.routing)
+        sim = Simulation(scenario, hopeless)
+        # In arrival order, as `requests` (the j-th is rank first + j * step): a request's state is there
+        # once it arrived, before any limit of its own can pass.
+        states = sim.states
+        index = {id(requests[j]): j for j in np.flatnonzero(scored).tolist()}
+        # A scored request is known to miss once a limit it must meet has passed with it unfinished (or,
+        # for TTFT, without its first token): counted then, not when it finishes, so a count of replicas
+        # that falls short is given up on while its queue is still short. The answer is the same: a
+        # request counted early misses when it finishes, and the count only grows.
+        mine = self._limit_rank % step == first if step > 1 else slice(None)
+        at, ttft, when = (self._limit_rank[mine] - first) // step, self._limit_ttft[mine], self._limit_t[mine]
+        by_time = np.lexsort((at, ttft, when))  # as the tuples (time, is TTFT, place) sort
+        limit_t, limit_ttft, limit_at = when[by_time].tolist(), ttft[by_time].tolist(), at[by_time].tolist()
+        counted = bytearray(len(requests))  # 1: its miss, or its meeting the SLO, is counted
+        log = sim.run()
+        if log.stopped:
+            return None
+        return int((slo.missed(violations(request_table(log), slo)) & scored).sum())
 
 
 def _limits(request: Request, slo: SLO) -> list[tuple[float, bool]]:
@@ -247,10 +273,10 @@ class _Interval:
 def _search(task: _Interval) -> _Found:
     """The interval's replicas and attainment, and whether the target was reached within the cap (if
     not: the floor, and the cap's attainment, as the module's docstring says)."""
-    score = functools.partial(_attainment, task.profile, task.requests, task.scored, slo=task.slo, routing=task.routing)
-    found = _fewest(score, task.floor, task.cap, task.slo.target)
+    candidates = _Candidates(task.profile, task.requests, task.scored, task.slo, task.routing)
+    found = _fewest(candidates.attainment, task.floor, task.cap, task.slo.target)
     if found is None:
-        return task.floor, score(task.cap, give_up=False), False
+        return task.floor, candidates.attainment(task.cap, give_up=False), False
     return found[0], found[1], True
 
 

@@ -21,8 +21,10 @@ that made it.
 
 The scheduler keeps lengths lazily (``Scheduler(lazy=True)``): a step costs O(1) plus its events (a
 page taken, a choice ended, a request admitted), not O(batch). Its requests hold prompt lengths, not
-token ids (``Request.counted``). ``Replica.decode_ahead`` has the scheduler run the steps between
-events at once.
+token ids (``Request.counted``). ``Replica.run_ahead`` finishes the steps between events at once: the
+prefill steps in which no choice ends, then the decode steps (``decode_ahead``, the scheduler taking
+them back together). A replica whose metrics nobody scrapes (``instruments=False``: a fleet without an
+autoscaler, the oracle's) keeps none: its requests' outcomes are the same.
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
-from autoscaler.profile import DecodeCurve
 from nlgsim.instruments import PodInstruments
 from nlgsim.profile import EngineProfile
 from nlgsim.workload import Request
@@ -59,21 +61,26 @@ class RequestState:
 
 
 OnDone = Callable[[RequestState, float], None]
+_V = TypeVar("_V")
 
 
 class Replica:
     """A continuous-batching engine: the engine's scheduler, the profile's clock. The simulator calls
     ``submit``, ``start``, ``finish`` and ``decode_ahead``."""
 
-    def __init__(self, index: int, profile: EngineProfile, on_done: OnDone) -> None:
+    def __init__(self, index: int, profile: EngineProfile, on_done: OnDone, instruments: bool = True) -> None:
         self.index = index
         self.profile = profile
         self.on_done = on_done
         self.metrics = PodInstruments()
+        self._observed = instruments  # whether `metrics` are kept up to date
         config = SchedulerConfig(prefill_chunk_tokens=profile.prefill_chunk_tokens, max_num_seqs=profile.max_batch)
         pages = PagePool(profile.total_pages, profile.page_size, profile.max_context)
         self.scheduler = Scheduler(config, pages, LengthPredictor(), lazy=True)
         self.busy = False
+        # Whether the step in progress only decodes and the queue's head waits for a choice to end: a
+        # request arriving meanwhile only queues behind it (the simulator's `run_ahead` goes past it).
+        self.admits_nobody = False
         self.outstanding = 0  # requests submitted and not finished
         self._states: dict[str, RequestState] = {}
         self._schedule: Schedule | None = None
@@ -81,8 +88,11 @@ class Replica:
         # (the replays set no deadline, so its earliest-deadline order is first come, first served).
         self._queued: deque[EngineRequest] = deque()
         self._t0 = 0.0
-        self._curves: dict[int, DecodeCurve] = {}
+        self._curves = _Lookup(profile.decode_curve)
+        self._prefill_s = _Lookup(profile.prefill_time_s)
+        self._prefill_s[0] = 0.0  # a chunk from a prompt's start costs P(end)
         self._pad_to_longest = profile.extra.get("decode_cost_context") == "max"
+        self._max_batch = profile.max_batch
         self._total_pages = pages.num_pages
         self._params: dict[tuple[int, int], SamplingParams] = {}  # by (max_tokens, n): a request's are read only
 
@@ -111,7 +121,8 @@ class Replica:
         self._states[key] = state
         self._queued.append(request)
         self.outstanding += 1
-        self.metrics.requests_waiting = scheduler.num_waiting
+        if self._observed:
+            self.metrics.requests_waiting = scheduler.num_waiting
 
     def has_work(self) -> bool:
         return self.scheduler.has_work
@@ -126,36 +137,64 @@ class Replica:
         rows = schedule.decode_count
         if rows:
             context = scheduler.longest_decode() if self._pad_to_longest else schedule.decode_context / rows
-            t += self._curve(rows)(context)
-        if schedule.prefill:
-            p = self.profile
-            for chunk in schedule.prefill:
-                t += p.prefill_time_s(chunk.end) - (p.prefill_time_s(chunk.start) if chunk.start else 0.0)
+            t += self._curves[rows](context)
+        prefill = schedule.prefill
+        if prefill:
+            cost = self._prefill_s
+            for chunk in prefill:
+                t += cost[chunk.end] - cost[chunk.start]
+            self.admits_nobody = False
+        else:
+            self.admits_nobody = rows >= self._max_batch or scheduler.num_waiting > 0
         queued = self._queued
         while queued and queued[0].status is not RequestStatus.WAITING:
             self._states[queued.popleft().request_id].admitted = now
-        self.metrics.requests_waiting = scheduler.num_waiting
+        if self._observed:
+            self.metrics.requests_waiting = scheduler.num_waiting
         return t
 
     def finish(self, now: float) -> None:
         """End the step started last; ``now`` is the time ``start`` returned."""
         schedule, self._schedule = self._schedule, None
         assert schedule is not None, "finish without a step started"
-        m = self.metrics
         decoded = schedule.decode_count
-        if decoded:
-            m.inter_token_latency.observe(now - self._t0, decoded)
+        observed = self._observed
+        if decoded and observed:
+            self.metrics.inter_token_latency.observe(now - self._t0, decoded)
         ended = self.scheduler.advance(schedule)
         states = self._states
         for chunk in schedule.prefill:
             if chunk.samples:  # the first tokens, from the prompts the step completed
                 self._first_token(states[chunk.request.request_id], now)
                 decoded += len(chunk.samples)
-        m.generation_tokens += decoded
         for seq in ended:
             self._finish_choice(seq.request_id, seq.generated, now)
         self.busy = False
-        self._record()
+        if observed:
+            self.metrics.generation_tokens += decoded
+            self._record()
+
+    def step(self, now: float) -> float:
+        """``finish`` the step in progress at ``now`` and ``start`` the next; returns when that ends, or
+        -1.0 when no work is left (the replica is idle)."""
+        self.finish(now)
+        if not self.scheduler.has_work:
+            return -1.0
+        return self.start(now)
+
+    def run_ahead(self, end: float, until: float) -> float:
+        """``decode_ahead``, after finishing at once the prefill steps in progress that end before ``until``
+        with no choice ending in them (``Scheduler.ends_a_choice``), each with ``finish`` and the next
+        begun with ``start`` at its end, as stepping would: a prompt's steps and the decoding after them
+        are one event of the simulator's, not one a step."""
+        schedule = self._schedule
+        assert schedule is not None, "run_ahead without a step started"
+        while schedule.prefill and end < until and not self.scheduler.ends_a_choice(schedule):
+            self.finish(end)
+            end = self.start(end)
+            schedule = self._schedule
+            assert schedule is not None
+        return self.decode_ahead(end, until)
 
     def decode_ahead(self, end: float, until: float) -> float:
         """Finish the step in progress (it ends at ``end``) and the decode steps after it at once, while
@@ -170,49 +209,53 @@ class Replica:
         if schedule.prefill or not schedule.decode_count or end >= until:
             return end
         # The steps in which no choice ends and the pages suffice, the one in progress included.
-        limit = self.scheduler.decode_steps_that_fit(schedule, 1 << 30)
+        scheduler = self.scheduler
+        limit = scheduler.decode_steps_that_fit(schedule, 1 << 30)
         if limit < 2:
             return end
         batch = schedule.decode_count
-        curve = self._curve(batch)
+        curve = self._curves[batch]
         total = schedule.decode_context
-        longest = self.scheduler.longest_decode() if self._pad_to_longest else 0
-        # DecodeCurve.__call__ and Histogram.observe written out (the same arithmetic, in the same
-        # order, so the run is the stepped one bit for bit): calls are most of a step's cost in Python.
-        grid, below, above, weight = curve.context, curve.below, curve.above, curve.weight
-        inline = not self._pad_to_longest and above is not None and len(grid) > 1
-        last = len(grid) - 2
+        pad = self._pad_to_longest
+        longest = scheduler.longest_decode() if pad else 0
+        observed = self._observed
         itl = self.metrics.inter_token_latency
+        # Histogram.observe written out (the same arithmetic, in the same order, so the run is the
+        # stepped one bit for bit): a call a step is much of a step's cost in Python.
         bounds, counts = itl.bounds, itl.counts
         value = end - self._t0
-        counts[bisect_left(bounds, value)] += batch
+        if observed:
+            counts[bisect_left(bounds, value)] += batch
         total_s, count = itl.total + value * batch, itl.count + batch
         steps = 1
         step_end = end
+        # DecodeCurve.__call__ written out where it can be (the same arithmetic, in the same order).
+        segments, grid, weight = curve.segments or (), curve.context, curve.weight
+        inline = not pad and bool(segments) and curve.above is not None
         while steps < limit:
             if inline:
-                assert above is not None
                 x = (total + batch * steps) / batch
-                j = min(max(bisect_right(grid, x) - 1, 0), last)
-                wj = (x - grid[j]) / (grid[j + 1] - grid[j])
-                lo = below[j] + (below[j + 1] - below[j]) * wj
-                hi = above[j] + (above[j + 1] - above[j]) * wj
+                start, width, lo, lo_rise, hi, hi_rise = segments[bisect_right(grid, x)]
+                w = (x - start) / width
+                lo = lo + lo_rise * w
+                hi = hi + hi_rise * w
                 step_end = end + max(lo + (hi - lo) * weight, 1e-6)
             else:
-                step_end = end + curve(longest + steps if self._pad_to_longest else (total + batch * steps) / batch)
+                step_end = end + curve(longest + steps if pad else (total + batch * steps) / batch)
             if step_end >= until:
                 break
-            value = step_end - end
-            counts[bisect_left(bounds, value)] += batch
-            total_s += value * batch
-            count += batch
+            if observed:
+                value = step_end - end
+                counts[bisect_left(bounds, value)] += batch
+                total_s += value * batch
+                count += batch
             end = step_end
             steps += 1
-        itl.total, itl.count = total_s, count
-        scheduler = self.scheduler
         scheduler.take_back_decode_steps(schedule, steps)
-        self.metrics.generation_tokens += batch * steps
-        self._record()
+        if observed:
+            itl.total, itl.count = total_s, count
+            self.metrics.generation_tokens += batch * steps
+            self._record()
         if steps < limit:
             # The step after them fits too, and `start` would time it as the loop just did: it is
             # `schedule` again, in progress until `step_end`.
@@ -228,32 +271,44 @@ class Replica:
         m.requests_running, m.requests_waiting, used = scheduler.gauges()
         m.kv_cache_usage = used / self._total_pages
 
-    def _curve(self, batch: int) -> DecodeCurve:
-        curve = self._curves.get(batch)
-        if curve is None:
-            curve = self._curves[batch] = self.profile.decode_curve(batch)
-        return curve
-
     def _first_token(self, state: RequestState, t: float) -> None:
-        req = state.request
         state.first_token = t
-        self.metrics.prompt_tokens += req.prompt_tokens
-        for _ in range(req.choices):
-            self.metrics.time_to_first_token.observe(t - req.arrival)
+        if self._observed:
+            req = state.request
+            self.metrics.prompt_tokens += req.prompt_tokens
+            for _ in range(req.choices):
+                self.metrics.time_to_first_token.observe(t - req.arrival)
 
     def _finish_choice(self, key: str, tokens: int, t: float) -> None:
         state = self._states[key]
         req = state.request
         latency = t - req.arrival
         tpot = latency / tokens
-        state.per_token = max(state.per_token, tpot)
-        self.metrics.time_per_output_token.observe(tpot)
+        if tpot > state.per_token:
+            state.per_token = tpot
+        observed = self._observed
+        if observed:
+            self.metrics.time_per_output_token.observe(tpot)
         state.choices_left -= 1
         if state.choices_left > 0:
             return
         del self._states[key]
         state.finish = t
-        self.metrics.request_latency.observe(latency)
-        self.metrics.requests_finished += 1
+        if observed:
+            self.metrics.request_latency.observe(latency)
+            self.metrics.requests_finished += 1
         self.outstanding -= 1
         self.on_done(state, t)
+
+
+class _Lookup(dict[int, _V]):
+    """``f(n)`` by ``n``, each computed once, when first asked for: a profile's decode curves by batch
+    size and prefill times by prompt length, which every step asks for."""
+
+    def __init__(self, f: Callable[[int], _V]) -> None:
+        super().__init__()
+        self._f = f
+
+    def __missing__(self, n: int) -> _V:
+        value = self[n] = self._f(n)
+        return value

@@ -24,6 +24,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -160,9 +161,12 @@ class ClusterActuator:
 
 
 class Simulation:
-    def __init__(self, scenario: Scenario, stop: StopWhen | None = None, ahead: bool = True) -> None:
+    def __init__(
+        self, scenario: Scenario, stop: StopWhen | None = None, ahead: bool = True, instruments: bool | None = None
+    ) -> None:
         """``ahead=False`` puts every engine step through the event queue (the tests' reference for
-        ``Replica.decode_ahead``, which gives the same run)."""
+        ``Replica.run_ahead``, which gives the same run). ``instruments``: whether the pods keep their
+        metrics; by default only where an autoscaler scrapes them (a policy)."""
         self.s = scenario
         self._ahead = ahead
         self._stop = stop
@@ -173,14 +177,21 @@ class Simulation:
             raise ValueError("loop_interval and scrape_interval must be > 0 seconds")
         if scenario.control_from < 0:
             raise ValueError(f"control_from = {scenario.control_from}, must be >= 0 seconds")
-        self.cluster = Cluster(scenario.profile, scenario.routing, self._done, scenario.startup_s)
-        self.states = [RequestState(r) for r in sorted(scenario.requests, key=lambda r: (r.arrival, r.id))]
+        instruments = scenario.policy is not None if instruments is None else instruments
+        self.cluster = Cluster(scenario.profile, scenario.routing, self._done, scenario.startup_s, instruments)
+        # The requests in arrival order; each one's state is made as it arrives, so `states` holds those
+        # that arrived, in that order (and, once the run is over, every request).
+        self._requests = sorted(scenario.requests, key=attrgetter("arrival", "id"))
+        self._arrivals = [r.arrival for r in self._requests]
+        self.states: list[RequestState] = []
         self.loops: list[LoopRecord] = []
+        # Every event but arrivals, which are read off `_arrivals` in turn and run where their place
+        # in this order (time, kind, then the order scheduled) would be.
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
-        self._left = len(self.states)
+        self._left = len(self._requests)
         self.now = 0.0
-        # What bounds a replica's steps run ahead of the queue (Replica.decode_ahead): the next
+        # What bounds a replica's steps run ahead of the queue (Replica.run_ahead): the next
         # arrival, scrape and round, and the pods still starting (a pod ready changes the routing).
         self._next_arrival = 0
         self._next_scrape = math.inf
@@ -203,9 +214,11 @@ class Simulation:
 
     def run(self, progress: Callable[[float], None] | None = None) -> RunLog:
         # The trace's requests and their states live through the run: frozen, they are out of the
-        # collector's full passes, which otherwise walk every one of them again and again as the
-        # engines' short-lived objects come and go. Unfrozen after, so whatever the run left as
-        # garbage is collected as usual.
+        # collector's passes, which otherwise walk every one of them again and again as the engines'
+        # short-lived objects come and go. Without an autoscaler nothing in a run makes reference
+        # cycles, so what exists is frozen again every 1,024 arrivals (`_arrive`), the states made
+        # since included; an autoscaler's rounds do make cyclic garbage, which must stay collectable.
+        # Unfrozen after, so whatever the run left as garbage is collected as usual.
         gc.freeze()
         try:
             return self._run(progress)
@@ -221,25 +234,31 @@ class Simulation:
             self._next_loop = s.control_from or s.loop_interval
             self._push(self._next_scrape, _SCRAPE)
             self._push(self._next_loop, _LOOP)
-        if self.states:
-            self._push(self.states[0].request.arrival, _ARRIVAL, 0)
-        horizon = self.states[-1].request.arrival if self.states else 0.0
+        arrivals, events = self._arrivals, self._events
+        horizon = arrivals[-1] if arrivals else 0.0
         reported = 0.0
-        while self._events and self._left > 0 and not self.stopped:
-            t, kind, _, payload = heapq.heappop(self._events)
-            self.now = t
-            if kind == _STEP:
-                self._step_done(payload)
-            elif kind == _ARRIVAL:
-                self._arrive(payload)
-            elif kind == _START:
-                self._push(payload.replica.start(t), _STEP, payload)
-            elif kind == _READY:
-                self._ready(payload)
-            elif kind == _SCRAPE:
-                self._scrape()
+        while self._left > 0 and not self.stopped:
+            i = self._next_arrival
+            if i < len(arrivals) and (
+                not events or (t := arrivals[i]) < events[0][0] or (t == events[0][0] and events[0][1] > _ARRIVAL)
+            ):
+                t = self.now = arrivals[i]
+                self._arrive(i)
+            elif events:
+                t, kind, _, payload = heapq.heappop(events)
+                self.now = t
+                if kind == _STEP:
+                    self._step_done(payload)
+                elif kind == _START:
+                    self._push(payload.replica.start(t), _STEP, payload)
+                elif kind == _READY:
+                    self._ready(payload)
+                elif kind == _SCRAPE:
+                    self._scrape()
+                else:
+                    self._loop()
             else:
-                self._loop()
+                break
             if progress is not None and horizon > 0 and t - reported >= horizon / 200:
                 reported = t
                 progress(min(t / horizon, 1.0))
@@ -250,6 +269,7 @@ class Simulation:
             )
         if progress is not None:
             progress(1.0)
+        self.states += [RequestState(r) for r in self._requests[len(self.states) :]]  # those never arrived
         end = max(self.now, horizon)
         return RunLog(
             s, self.states, list(self.cluster.changes), self.loops, end, self.cluster.replica_seconds(end),
@@ -260,13 +280,15 @@ class Simulation:
 
     def _arrive(self, i: int) -> None:
         self._next_arrival = i + 1
-        if i + 1 < len(self.states):
-            self._push(self.states[i + 1].request.arrival, _ARRIVAL, i + 1)
-        pod = self.cluster.route(self.states[i].request)
+        if not i & 1023 and self.controller is None:
+            gc.freeze()  # `run` says why
+        state = RequestState(self._requests[i])
+        self.states.append(state)
+        pod = self.cluster.route(state.request)
         if pod is None:
-            self.cluster.pending.append(self.states[i])
+            self.cluster.pending.append(state)
             return
-        self._submit(pod, self.states[i])
+        self._submit(pod, state)
 
     def _submit(self, pod: Pod, state: RequestState) -> None:
         pod.replica.submit(state)
@@ -276,27 +298,33 @@ class Simulation:
 
     def _step_done(self, pod: Pod) -> None:
         replica = pod.replica
-        replica.finish(self.now)
-        if replica.has_work():
-            end = replica.start(self.now)
-            if self._ahead:
-                end = replica.decode_ahead(end, self._quiet_until(pod))
-            self._push(end, _STEP, pod)
-        elif pod.deleted is not None:
-            self.cluster.drained(pod, self.now)
+        end = replica.step(self.now)
+        if end < 0:
+            if pod.deleted is not None:
+                self.cluster.drained(pod, self.now)
+            return
+        if self._ahead:
+            end = replica.run_ahead(end, self._quiet_until(pod))
+        heapq.heappush(self._events, (end, _STEP, next(self._seq), pod))
 
     def _quiet_until(self, pod: Pod) -> float:
-        """Until when nothing but its own steps touches ``pod``'s replica: the next request routed to it
-        (as far as the router can tell: round-robin over the ready pods as they are, else the next
-        request), scrape or round, and the next pod to become ready (which changes the routing)."""
+        """Until when nothing but its own steps touches ``pod``'s replica: the next scrape or round, and,
+        unless its queue's head waits for a choice to end (``Replica.admits_nobody``: a request arriving
+        meanwhile only queues behind it), the next request routed to it (as far as the router can tell:
+        round-robin over the ready pods as they are, else the next request) and the next pod to become
+        ready (which changes the routing)."""
+        quiet = min(self._next_scrape, self._next_loop)
+        if pod.replica.admits_nobody:
+            return quiet
         starting = self._starting
         while starting and starting[0] < self.now:
             heapq.heappop(starting)
-        quiet = min(self._next_scrape, self._next_loop, starting[0] if starting else math.inf)
+        if starting and starting[0] < quiet:
+            quiet = starting[0]
         if pod.deleted is not None or not pod.ready:
             return quiet  # out of the Service: no request reaches it
         i = self._next_arrival + self.cluster.router.arrivals_before(pod, self.cluster.ready)
-        return min(quiet, self.states[i].request.arrival) if i < len(self.states) else quiet
+        return min(quiet, self._arrivals[i]) if i < len(self._arrivals) else quiet
 
     def _done(self, state: RequestState, t: float) -> None:
         self._left -= 1

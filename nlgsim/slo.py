@@ -35,12 +35,14 @@ class SLO(_SLO):
 
     def missed_one(self, latency: float, ttft: float, per_token: float) -> bool:
         """Whether one request missed any limit ``attain`` names (``missed`` for a single request)."""
-        over = {
-            "request": latency > self.request_s,
-            "ttft": ttft > self.ttft_s,
-            "pertoken": per_token > self.per_token_s,
-        }
-        return any(over[a] for a in self.attain)
+        for name in self.attain:
+            if name == "request" and latency > self.request_s:
+                return True
+            if name == "ttft" and ttft > self.ttft_s:
+                return True
+            if name == "pertoken" and per_token > self.per_token_s:
+                return True
+        return False
 
     def missed(self, misses: dict[str, npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:
         """Per request, whether it missed any limit ``attain`` names."""

@@ -405,6 +405,22 @@ class Scheduler:
             self._give_pages(takers)
         schedule.decode_context = self._offsets + schedule.decode_count * self._step
 
+    def ends_a_choice(self, schedule: Schedule) -> bool:
+        """Lazy path: whether taking `schedule` back (`advance`) ends a choice, one its prefill completes
+        included; the simulator takes the steps in which none does ahead of its event queue."""
+        for chunk in schedule.prefill:
+            for seq in chunk.samples:
+                if seq.generated + 1 >= seq.params.max_tokens or seq.generated + 1 == seq.stop_at:
+                    return True
+        end_due, decoding = self._end_due, self._decoding
+        while end_due:
+            when, admitted_as, _, seq = end_due[0]
+            request = decoding.get(seq)
+            if request is not None and request.admitted_as == admitted_as:
+                return when <= self._step
+            heapq.heappop(end_due)  # left behind by a preemption (`advance` skips it)
+        return False
+
     def decode_steps_that_fit(self, schedule: Schedule, steps: int) -> int:
         """The steps `run_decode_steps(schedule, steps)` would run, and nothing changed: the caller can
         time the run before it is made."""

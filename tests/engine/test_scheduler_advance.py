@@ -147,6 +147,24 @@ def test_a_decode_step_scheduled_again_is_the_one_stepping_plans(pages: int) -> 
     assert again > 3, "some decode steps should be scheduled again"
 
 
+@pytest.mark.parametrize("pages", [64, 16], ids=["roomy pool", "short pool"])
+def test_whether_a_step_ends_a_choice_is_known_before_it_is_taken_back(pages: int) -> None:
+    """`ends_a_choice` says, before `advance`, whether the step ends a choice: a decoding one at its
+    length or one whose prompt the step completes (a choice of one token), preempted entries skipped."""
+    scheduler = build(pages, True)
+    added(scheduler, lazy=True)
+    one = make_request("one token", prompt=20, max_tokens=1, n=2)
+    scheduler.add_request(Request.counted(one.request_id, one.prompt_tokens, one.params, one.arrival))
+    said, ended = [], []
+    while scheduler.has_work:
+        schedule = scheduler.schedule()
+        said.append(scheduler.ends_a_choice(schedule))
+        ended.append(bool(scheduler.advance(schedule)))
+    assert said == ended
+    assert 0 < sum(ended) < len(ended)
+    assert "one token" not in scheduler.requests
+
+
 def test_the_eager_scheduler_refuses_a_request_without_its_prompts_tokens() -> None:
     counted = Request.counted("r0", 10, requests()[0].params, 0.0)
     with pytest.raises(ValueError, match="Request.counted"):

@@ -1,4 +1,4 @@
-"""Steps run ahead of the event queue (Replica.decode_ahead) change nothing: runs equal the stepped ones."""
+"""Steps run ahead of the event queue (Replica.run_ahead) change nothing: runs equal the stepped ones."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from sim_testkit import paper_profile, req
 from autoscaler.config import ScalerSpec
 from nlgsim.experiment import build_policy, planner_config
 from nlgsim.profile import load_profile
+from nlgsim.replica import Replica, RequestState
 from nlgsim.simulator import RunLog, Scenario, Simulation
 from nlgsim.slo import SLO
 from nlgsim.workload import COMPLEX, thesis_requests
@@ -50,6 +51,30 @@ def test_running_steps_ahead_gives_the_stepped_run_bit_for_bit(profile, rate, ro
     ahead, stepped = _run(scenario, True), _run(scenario, False)
     assert _outcome(ahead) == _outcome(stepped)
     assert all(s.finish > 0 for s in ahead.states)
+
+
+@pytest.mark.parametrize("routing", ["round-robin", "least-loaded"])
+def test_replicas_far_behind_run_ahead_past_requests_that_only_queue(routing):
+    """Two fixed replicas given far more than they carry: a full batch and a queue that does not empty, so
+    a request arriving only queues behind its head and the decoding steps run past it. The run is the
+    stepped one."""
+    engine = load_profile("benchmarks/profiles/h100-gpt2-xl-fp16.json")
+    scenario = Scenario(engine, thesis_requests(COMPLEX, 300.0, 900, seed=5), None, initial_replicas=2, routing=routing)
+    ahead, stepped = _run(scenario, True), _run(scenario, False)
+    assert _outcome(ahead) == _outcome(stepped)
+    last = ahead.states[-1]
+    assert last.admitted - last.request.arrival > 1.0  # queued behind the others for a while
+
+
+def test_a_replica_says_when_its_queues_head_waits_for_a_choice_to_end():
+    replica = Replica(0, paper_profile(max_batch=4), lambda s, t: None)
+    for i in range(3):  # two choices each: the third does not fit beside the first two
+        replica.submit(RequestState(req(i, 0.0, 10, 50, 50)))
+    now = replica.start(0.0)  # the first two prefill
+    assert not replica.admits_nobody
+    replica.finish(now)
+    replica.start(now)  # they decode, the third waits
+    assert replica.admits_nobody
 
 
 def test_steps_ahead_stop_at_the_next_request_to_the_pod_and_at_a_choice_finishing():

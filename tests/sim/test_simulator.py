@@ -57,7 +57,7 @@ def test_pod_sample_is_what_the_collector_reads():
     profile = paper_profile()
     log = simulate(Scenario(profile, [req(0, 0.0, 10, 3), req(1, 0.0, 10, 2)], None, initial_replicas=1))
     assert len(log.states) == 2
-    sim = Simulation(Scenario(profile, [req(0, 0.0, 10, 3)], None))
+    sim = Simulation(Scenario(profile, [req(0, 0.0, 10, 3)], None), instruments=True)
     sim.run()
     sample = pod_sample(sim.cluster.pods[0].replica.metrics)
     assert set(sample.histograms) == {"request", "pertoken", "ttft", "itl"}

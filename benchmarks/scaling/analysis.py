@@ -13,7 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.scaling.experiments import EXPERIMENTS
+from autoscaler.config import PlannerSpec
+from benchmarks.scaling.experiments import EXPERIMENTS, NO_HEADROOM
 from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import (
     LEVELS,
@@ -227,6 +228,10 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
     return {f"{key}.{k}": v for k, v in out.items()}
 
 
+class MissingExperiments(KeyError):
+    """The results lack experiments the report is made of."""
+
+
 def values(
     data: Mapping[str, Any],
     real: Mapping[str, Any] | None,
@@ -234,6 +239,12 @@ def values(
 ) -> dict[str, str]:
     """Every placeholder of the report, from the runner's JSON (and the sim-to-real results, where there
     are: ``real`` on this machine's CPU, ``real_h100`` by trace on the H100)."""
+    missing = [exp.key for exp in EXPERIMENTS if exp.key not in data["experiments"]]
+    if missing:
+        raise MissingExperiments(
+            f"the results lack {len(missing)} experiment(s): {', '.join(missing)}; run "
+            f"python -m benchmarks.scaling --only {' '.join(missing)}"
+        )
     out: dict[str, str] = {}
     results = {k: ProtocolResult.from_json(v) for k, v in data["experiments"].items()}
     wall = sum(data["wall_s"].values())
@@ -244,9 +255,7 @@ def values(
     out["run.load"] = range_text([v for v in data["load_average_before"].values() if v is not None], ".1f")
     out["profiles.table"] = profile_table(data["profiles"])
     for exp in EXPERIMENTS:
-        result = results.get(exp.key)
-        if result is None:
-            continue  # not run yet: only the fleet section names these, and it says so
+        result = results[exp.key]
         out[f"{exp.key}.command"] = exp.command()
         out[f"{exp.key}.title"] = exp.title
         out[f"{exp.key}.header"] = "\n".join(header(result))
@@ -375,6 +384,8 @@ def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, A
         "thesis.warmup_rate": warm.command["warmup_rate"],
         "thesis.plan_ms": f"{data['thesis_planner']['target_ms']:.2f}",
         "thesis.lone_ms": f"{data['thesis_planner']['lone_step_ms']:.2f}",
+        "planner.headroom": f"{PlannerSpec.headroom:g}",
+        "trace.no_headroom": NO_HEADROOM,
         "trace.windows": str(tcmd["replicates"]),
         "trace.window": f"{(rep.until or 0.0) - rep.since:.0f}",
         "trace.warmup": f"{rep.since:g}",

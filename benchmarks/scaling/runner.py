@@ -84,16 +84,17 @@ def load_average() -> float | None:
 
 def run(keys: list[str], workers: int, out: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    kept = [k for k in data.get("experiments", {}) if keys and k not in keys]
+    known = {e.key for e in EXPERIMENTS}
+    for section in ("experiments", "wall_s", "load_average_before"):
+        # An experiment no longer defined has no table to fill: its numbers go.
+        data[section] = {k: v for k, v in data.get(section, {}).items() if k in known}
+    kept = [k for k in data["experiments"] if keys and k not in keys]
     if kept and data.get("workers") not in (None, workers):
         # The report states one worker count for every experiment's time.
         raise SystemExit(
             f"--workers {workers}: the {len(kept)} experiments kept from {out.name} ran with {data['workers']}; "
             f"re-run with --workers {data['workers']}, or every experiment (no --only)"
         )
-    data.setdefault("experiments", {})
-    data.setdefault("wall_s", {})
-    data.setdefault("load_average_before", {})
     data["machine"] = machine()
     data["workers"] = workers
     data["profiles"] = [profile_numbers(p) for p in PROFILES]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scaling import analysis, fleet, render, runner
+from benchmarks.scaling import analysis, render, runner
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES, experiment
 from benchmarks.scaling.runner import RESULTS, plan_of
 from nlgsim.protocol import PROTOCOLS, ProtocolResult, Replicate, RunKey, RunResult, plan_json
@@ -31,20 +31,13 @@ def committed():
 
 def test_the_committed_report_is_the_committed_results_rendered(committed):
     real = json.loads(render.SIM_TO_REAL.read_text()) if render.SIM_TO_REAL.exists() else None
-    bursts = json.loads(render.FIRST_BURST.read_text())
-    needs = json.loads(render.NEED_ESTIMATE.read_text())
-    got = render.render(committed, real, bursts, needs=needs, real_h100=render.h100_results())
+    got = render.render(committed, real, real_h100=render.h100_results())
     assert got == render.REPORT.read_text()
 
 
 def test_each_tables_command_is_the_plan_its_numbers_came_from(committed):
-    keys = {e.key for e in EXPERIMENTS}
-    # A fleet-scale experiment may be not run yet: the report says so in its rows.
-    assert set(committed["experiments"]) <= keys
-    assert keys - set(committed["experiments"]) <= {key for _, _, key in fleet.ROWS}
+    assert set(committed["experiments"]) == {e.key for e in EXPERIMENTS}
     for exp in EXPERIMENTS:
-        if exp.key not in committed["experiments"]:
-            continue
         assert plan_json(plan_of(exp)) == committed["experiments"][exp.key]["command"], exp.key
         # The command the report prints is, word for word, the arguments the plan was made from.
         words = shlex.split(exp.command().replace("\\\n", " "))
@@ -71,6 +64,13 @@ def test_a_missing_value_is_refused_naming_all_of_them():
     with pytest.raises(render.MissingValues, match=r"2 placeholder\(s\) .*: a\.b, c"):
         render.fill("{{a.b}} and {{c}} and {{d}}", {"d": "1"})
     assert render.fill("{{x y:1}}!", {"x y:1": "ok"}) == "ok!"
+
+
+def test_results_lacking_an_experiment_are_refused_naming_each_and_the_command(committed):
+    gone = ("thesis-step", "trace-conv-t4")
+    partial = {**committed, "experiments": {k: v for k, v in committed["experiments"].items() if k not in gone}}
+    with pytest.raises(analysis.MissingExperiments, match=r"2 experiment.*: thesis-step, trace-conv-t4; .*--only th"):
+        analysis.values(partial, None)
 
 
 def test_a_fact_the_prose_relies_on_must_hold():
@@ -226,9 +226,10 @@ def test_only_reruns_the_experiments_named_and_keeps_the_others(tmp_path, monkey
     monkeypatch.setattr(runner, "profile_numbers", lambda path: {"path": path})
     monkeypatch.setattr(runner, "planner_numbers", lambda exp: {})
     out = tmp_path / "results.json"
-    kept = {"experiments": {"thesis-step": {"old": 1}, "thesis-ramp": {"old": 2}},
-            "wall_s": {"thesis-step": 5.0, "thesis-ramp": 6.0},
-            "load_average_before": {"thesis-step": 8.0, "thesis-ramp": 8.0}}  # fmt: skip
+    # An experiment no longer defined (a retired key) has no table: its numbers go.
+    kept = {"experiments": {"thesis-step": {"old": 1}, "thesis-ramp": {"old": 2}, "retired": {"old": 3}},
+            "wall_s": {"thesis-step": 5.0, "thesis-ramp": 6.0, "retired": 7.0},
+            "load_average_before": {"thesis-step": 8.0, "thesis-ramp": 8.0, "retired": 8.0}}  # fmt: skip
     out.write_text(json.dumps(kept))
     runner.run(["thesis-tuning", "thesis-ramp"], 2, out)
     data = json.loads(out.read_text())
@@ -243,7 +244,7 @@ def test_only_re_runs_with_the_worker_count_the_kept_experiments_ran_with(tmp_pa
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"experiments": {"thesis-step": {}}, "workers": 2}))
     with pytest.raises(SystemExit, match="ran with 2; re-run with --workers 2"):
-        runner.run(["trace-conv-h100-x10"], 1, out)
+        runner.run(["trace-conv-t4"], 1, out)
     assert json.loads(out.read_text())["workers"] == 2  # nothing written
 
 

@@ -15,6 +15,7 @@ import nlgsim.anchors
 import nlgsim.planner_v1
 import nlgsim.protocol
 import nlgsim.protocol_result
+from autoscaler.config import PlannerSpec
 
 ExperimentKey = Literal[
     "thesis-step", "thesis-ramp", "thesis-warm-step", "thesis-cal-ramp",
@@ -36,12 +37,9 @@ WARMUP_S = 120
 #: The planner's settings are chosen on these seeds and judged on seeds 0-9, which they never saw.
 TUNING_SEED = 100
 #: The planner's headrooms (``planner`` alone: the live default, ``scaler.planner.headroom``), in steps of
-#: 0.05 from 0.6 to all of the capacity learned, so that the selection has a setting near wherever the
-#: target falls.
-PLANNERS = (
-    "planner", "planner:0.6", "planner:0.65", "planner:0.7", "planner:0.75", "planner:0.8", "planner:0.9",
-    "planner:0.95", "planner:1",
-)  # fmt: skip
+#: 0.05 from 0.3 to all of the capacity learned, so that the selection has a setting near wherever the
+#: target falls (on the thesis's ramp, well below the default).
+PLANNERS = ("planner", *(f"planner:{h / 100:g}" for h in range(30, 101, 5) if h / 100 != PlannerSpec.headroom))
 #: The planner before attainment became its feedback (nlgsim/planner_v1.py), at the settings it shipped
 #: with: a row beside ``planner`` wherever the planner is one, old against new.
 PLANNER_V1 = nlgsim.planner_v1.NAME

@@ -41,7 +41,7 @@ H100 = "benchmarks/profiles/h100-gpt2-xl-fp16.json"
 T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-derived.json"
 LENGTHS = "scale:0.125"  # the scaling report's mapping of the Azure traces into GPT-2's context
 CALIBRATED_T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-calibrated.json"
-#: (name, workload, profile): the trace mixes and profiles of the scaling report's sections 2 and 4,
+#: (name, workload, profile): the trace mixes and profiles of the scaling report's section 2 (the workload suite's too),
 #: and the thesis's complex query, whose prompts all have one length (the model's exponential
 #: lengths overstate its prefill: the case that assumption fits least).
 CASES = [

@@ -58,8 +58,9 @@ FLEETS = {
 }  # fmt: skip
 #: The oracle alone (nlgsim.oracle.oracle) on the x100 run's requests: what it is, and --duration.
 ORACLE = ("azure2023_conv x100, 300 s: the trace protocol's oracle alone", 300.0)
-#: The scaling report's experiment timed whole, as the report runs it: the fleet-scale one at x10.
-REPORT_EXPERIMENT = "trace-conv-h100-x10"
+#: The scaling report's experiment timed whole, as the report runs it: a trace's windows with the oracle,
+#: on the profile that needs several replicas (an experiment both sides define).
+REPORT_EXPERIMENT = "trace-conv-t4"
 REPORT_WORKERS = 2
 
 

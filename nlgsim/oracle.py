@@ -371,36 +371,3 @@ def oracle(
         tuple(attained),
         int((~feasible).sum()),
     )
-
-
-def _short(task: tuple[_Interval, int]) -> float:
-    interval, replicas = task
-    return _attainment(
-        interval.profile, interval.requests, interval.scored, replicas, slo=interval.slo, routing=interval.routing,
-        give_up=False,
-    )  # fmt: skip
-
-
-def short_attainment(
-    profile: EngineProfile,
-    requests: Sequence[Request],
-    slo: SLO,
-    replicas: Sequence[int],
-    *,
-    fewer: int = 1,
-    warmup: float = ORACLE_WARMUP_S,
-    routing: str = "round-robin",
-    map_: Mapper = map,
-) -> tuple[float, ...]:
-    """Each interval's attainment over its feasible requests on ``fewer`` replicas less than
-    ``replicas`` (the oracle's counts) gives it: what one interval under its need costs. NaN where that
-    leaves no replica, or where the interval scores no request."""
-    _, _, tasks = _intervals(profile, requests, slo, warmup, routing, 1, max(replicas, default=1))
-    if len(replicas) != len(tasks):
-        raise ValueError(f"{len(replicas)} replica counts for {len(tasks)} intervals of {slo.interval_s:g} s")
-    runs = [
-        (task, n - fewer) if task is not None and n - fewer >= 1 else None
-        for task, n in zip(tasks, replicas, strict=True)
-    ]
-    done = iter(map_(_short, [run for run in runs if run is not None]))
-    return tuple(math.nan if run is None else next(done) for run in runs)

@@ -13,7 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.scaling.experiments import EXPERIMENTS
+from benchmarks.scaling.experiments import EXPERIMENTS, NO_HEADROOM
+from nlgsim.planner_v1 import NAME as PLANNER_V1
+from nlgsim.planner_v1 import PLAN_FRACTION
 from nlgsim.protocol_result import ProtocolResult
 from nlgsim.protocol_tables import (
     LEVELS,
@@ -36,6 +38,8 @@ from nlgsim.results import format_table
 
 TARGET_X_ORACLE = 1.15
 """The trace goal the project set itself: at least the SLO's target at no more than 1.15x the oracle."""
+HEADROOM_SMALL = 0.05
+"""What the report calls a small difference in GPU-seconds between two of the planner's headrooms."""
 
 
 @dataclass(frozen=True)
@@ -205,14 +209,13 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
         out[f"{p}.x_oracle"] = _spread(f.x_oracle, unit="x")
         out[f"{p}.x_startup"] = _spread(f.x_startup, unit="x")
         out[f"{p}.at_target"] = f"{f.at_target} of {f.replicates}"
+        out[f"{p}.verdict"] = verdict(f.feasible.mean >= target - 1e-12 and f.x_oracle.mean <= TARGET_X_ORACLE)
+        out[f"{p}.gpu"] = f"{f.gpu.mean:.0f}"
     best = cheapest_meeting(result)
     out["best"] = "none" if best is None else f"`{best.name}`"
     out["best.x_oracle"] = "-" if best is None else _spread(best.x_oracle, unit="x")
     out["best.feasible"] = "-" if best is None else _spread(best.feasible, ".2f", 100, "%")
     out["best.versus_planner"] = versus_planner(best)
-    planner = figures(result, "planner")
-    ok = planner.feasible.mean >= target - 1e-12 and planner.x_oracle.mean <= TARGET_X_ORACLE
-    out["planner.verdict"] = verdict(ok)
     orc = result.oracle
     if orc is not None:
         reps = result.replicates
@@ -227,6 +230,10 @@ def _trace_values(key: str, result: ProtocolResult) -> dict[str, str]:
     return {f"{key}.{k}": v for k, v in out.items()}
 
 
+class MissingExperiments(KeyError):
+    """The results lack experiments the report is made of."""
+
+
 def values(
     data: Mapping[str, Any],
     real: Mapping[str, Any] | None,
@@ -234,6 +241,12 @@ def values(
 ) -> dict[str, str]:
     """Every placeholder of the report, from the runner's JSON (and the sim-to-real results, where there
     are: ``real`` on this machine's CPU, ``real_h100`` by trace on the H100)."""
+    missing = [exp.key for exp in EXPERIMENTS if exp.key not in data["experiments"]]
+    if missing:
+        raise MissingExperiments(
+            f"the results lack {len(missing)} experiment(s): {', '.join(missing)}; run "
+            f"python -m benchmarks.scaling --only {' '.join(missing)}"
+        )
     out: dict[str, str] = {}
     results = {k: ProtocolResult.from_json(v) for k, v in data["experiments"].items()}
     wall = sum(data["wall_s"].values())
@@ -244,9 +257,7 @@ def values(
     out["run.load"] = range_text([v for v in data["load_average_before"].values() if v is not None], ".1f")
     out["profiles.table"] = profile_table(data["profiles"])
     for exp in EXPERIMENTS:
-        result = results.get(exp.key)
-        if result is None:
-            continue  # not run yet: only the fleet section names these, and it says so
+        result = results[exp.key]
         out[f"{exp.key}.command"] = exp.command()
         out[f"{exp.key}.title"] = exp.title
         out[f"{exp.key}.header"] = "\n".join(header(result))
@@ -322,15 +333,13 @@ def _issue12_values(prefix: str, tuning: ProtocolResult, families: ProtocolResul
         f"{prefix}.selection": selection_table(tuning),
     }
     target = float(families.command["slo"]["target"])
-    for name, planner in (("default", "planner"), ("tuned", chosen)):
+    for name, planner in (("default", "planner"), ("tuned", chosen), ("v1", PLANNER_V1)):
         v = planner_against(families, planner, "pertoken:20")
         mine, theirs = v["planner"], v["reference"]
         out |= {
             f"{prefix}.{name}.verdict": verdict(v["ok"]),
             f"{prefix}.{name}.attainment": _pct(mine.attainment.mean, 2),
             f"{prefix}.{name}.gpu": f"{mine.gpu.mean:.0f}",
-            f"{prefix}.{name}.gpu.compare": "fewer" if mine.gpu.mean <= theirs.gpu.mean else "more",
-            f"{prefix}.{name}.gpu.ratio": f"{mine.gpu.mean / theirs.gpu.mean:.3f}",
         }
         out[f"{prefix}.reference.attainment"] = _pct(theirs.attainment.mean, 2)
         out[f"{prefix}.reference.gpu"] = f"{theirs.gpu.mean:.0f}"
@@ -353,6 +362,7 @@ def _seeds(cmd: Mapping[str, Any]) -> str:
 def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> dict[str, str]:
     """The protocols' settings as the runs used them (read from the results, not restated)."""
     step, warm, tuning = results["thesis-step"], results["thesis-warm-step"], results["thesis-tuning"]
+    ramp = results["thesis-ramp"]
     cmd = step.command
     t4 = next(p for p in data["profiles"] if p["path"] == cmd["profile"])
     t4cal = next(p for p in data["profiles"] if p["path"] == results["thesis-cal-ramp"].command["profile"])
@@ -369,12 +379,22 @@ def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, A
         "thesis.scaler": f"{cmd['scaler']['time_window']:g} s window, tolerance {cmd['scaler']['tolerance']:g}, "
         f"{cmd['scaler']['stabilization_window']:g} s scale-down stabilization",
         "thesis.cap": f"{t4['saturation_complex']:.2f}",
+        "thesis.startup": f"{t4['startup_s']:g}",
         "thesis.rel": f"{rate / t4['saturation_complex']:.2f}",
         "thesis.cal_rel": f"{rate / t4cal['saturation_complex']:.2f}",
         "thesis.warmup": f"{warm.command['warmup_s']:g}",
         "thesis.warmup_rate": warm.command["warmup_rate"],
         "thesis.plan_ms": f"{data['thesis_planner']['target_ms']:.2f}",
         "thesis.lone_ms": f"{data['thesis_planner']['lone_step_ms']:.2f}",
+        "thesis.v1_plan_ms": f"{v1_plan_ms(data['thesis_planner']):.2f}",
+        "thesis.planned_rps": f"{data['thesis_planner']['planned_rps']:.2f}",
+        "thesis.planned_share": f"{data['thesis_planner']['planned_rps'] / t4['saturation_complex']:.2f}",
+        "thesis.headroom_rps": f"{planned_rps(ramp, data):.2f}",
+        "thesis-ramp.rate_at_plan": f"{rate_at_plan(ramp, data):.0f}",
+        "thesis-step.planner.at_cap": f"{reached_cap(step, 'planner').mean:.0f}",
+        "planner.headroom": f"{default_headroom(ramp):g}",
+        "trace.no_headroom": NO_HEADROOM,
+        "trace.headroom_small": f"{100 * HEADROOM_SMALL:g}%",
         "trace.windows": str(tcmd["replicates"]),
         "trace.window": f"{(rep.until or 0.0) - rep.since:.0f}",
         "trace.warmup": f"{rep.since:g}",
@@ -386,6 +406,11 @@ def _protocol_values(results: Mapping[str, ProtocolResult], data: Mapping[str, A
         f"{scaler['time_window']:g} s window, {scaler['stabilization_window']:g} s scale-down stabilization, "
         f"{_rate(scaler['scale_up'])} up and {_rate(scaler['scale_down'])} down",
     }
+
+
+def v1_plan_ms(planner: Mapping[str, float]) -> float:
+    """The per-token latency ``planner-v1`` plans at: its plan fraction of the planner's limit."""
+    return planner["target_ms"] * PLAN_FRACTION
 
 
 def _rate(limit: Mapping[str, Any]) -> str:
@@ -411,35 +436,53 @@ def _family_values(prefix: str, result: ProtocolResult) -> dict[str, str]:
 
 def _checks(results: Mapping[str, ProtocolResult], data: Mapping[str, Any]) -> dict[str, str]:
     """What the prose takes for granted, as ``check:`` values the renderer refuses when false."""
-    step, ramp = results["thesis-step"], results["thesis-ramp"]
-    # The thesis's families: the anchors read other signals on their own clocks.
-    thesis = ("request", "pertoken", "planner")
+    step, ramp, warm = results["thesis-step"], results["thesis-ramp"], results["thesis-warm-step"]
+    loop = float(step.command["loop_interval"])
+    # The thesis's families and the planner before this one: the anchors read other signals on their own clocks.
+    thesis = ("request", "pertoken", "planner", PLANNER_V1)
     firsts = {round(figures(step, p).first_scale.mean, 1) for p in by_policy(step) if family(p) in thesis}
     conv = results["trace-conv-h100"].oracle
     planner = data["thesis_planner"]
-    warm, code = results["thesis-warm-step"], results["trace-code-h100"]
-    loop = float(warm.command["loop_interval"])
+    code, t4 = results["trace-code-h100"], results["trace-conv-t4"]
     code_orc = code.oracle
+    families, cal = results["thesis-families"], results["thesis-cal-families"]
+    step_att = {p: figures(step, p).attainment.mean for p in by_policy(step) if family(p) in thesis}
     checks = {
         "thesis-step.same_first": len(firsts) == 1,
         "thesis-step.all_at_cap": _all_at_cap(step),
+        "thesis-step.soon_at_cap": all(_cap_within(step, ("request", "pertoken", PLANNER_V1), 2 * loop)),
+        "thesis-step.planner_steps_up": not any(_cap_within(step, ("planner",), 2 * loop)),
+        "thesis-step.planner_least": min(step_att, key=lambda p: step_att[p]) == "planner",
         "thesis-ramp.kept_at_cap": _kept_at_cap(ramp, thesis),
+        "thesis-ramp.planner_after_plan": figures(ramp, "planner").first_scale.mean > rate_at_plan(ramp, data),
+        "thesis-ramp.planner_after_pertoken": figures(ramp, "planner").first_scale.mean
+        > figures(ramp, "pertoken:20").first_scale.mean,
+        "thesis-ramp.v1_first": figures(ramp, PLANNER_V1).first_scale.mean
+        == min(figures(ramp, p).first_scale.mean for p in by_policy(ramp) if family(p) in thesis),
         # On the calibrated T4 per-token latency crosses 20 ms later, so its lead is smaller.
         "thesis-cal-ramp.smaller_lead": claims(results["thesis-cal-ramp"])["first_scale"][0]
         < claims(ramp)["first_scale"][0],
-        "thesis.plan_below_floor": planner["target_ms"] < planner["lone_step_ms"],
+        "thesis.v1_plan_below_floor": v1_plan_ms(planner) < planner["lone_step_ms"],
+        "thesis.plan_above_floor": planner["target_ms"] > planner["lone_step_ms"],
         # Per-token at 20 ms scales out within a round of the step: the light load alone is over it.
         "thesis-warm-step.pt20_at_once": figures(warm, "pertoken:20").first_scale.mean <= loop,
+        "thesis-warm-step.v1_at_once": figures(warm, PLANNER_V1).first_scale.mean <= loop,
+        "thesis-warm-step.planner_after_request": figures(warm, "planner").first_scale.mean
+        > figures(warm, "request:2000").first_scale.mean,
         "trace-conv-h100.flat": conv is not None and max(conv.replicas) == min(conv.replicas) == 1,
         "trace-code-h100.flat": code_orc is not None and max(code_orc.replicas) == min(code_orc.replicas) == 1,
-        "families.t4.none_at_99": all(
-            v is None for f, v in cheapest_at(results["thesis-families"], 0.99, False).items() if f != "fixed"
+        "trace-conv-t4.planner_under_v1": figures(t4, "planner").gpu.mean < figures(t4, PLANNER_V1).gpu.mean,
+        "trace-conv-t4.headroom_small": abs(figures(t4, NO_HEADROOM).gpu.mean / figures(t4, "planner").gpu.mean - 1)
+        < HEADROOM_SMALL,
+        "families.t4.none_at_99": not any(
+            figures(families, p).attainment.mean >= 0.99 - 1e-12 for p in by_policy(families) if family(p) != "fixed"
         ),
-        "families.t4.planner_not_always_cheaper": not _planner_cheaper(results["thesis-families"]),
-        "families.t4cal.planner_cheapest_at_99": _planner_cheapest_at(results["thesis-cal-families"], 0.99),
-        "families.t4cal.planner_always_cheaper": _planner_cheaper(results["thesis-cal-families"]),
-        "families.t4cal.planner_under_fixed": _planner_under_fixed(results["thesis-cal-families"], 0.99),
-        "issue12.t4.bound": _bound_above(results["thesis-tuning"], results["thesis-families"], "pertoken:20"),
+        "families.t4.planner_always_cheaper": _planner_cheaper(families),
+        "families.headroom_orders": _headroom_orders(families) and _headroom_orders(cal),
+        "families.t4cal.planner_cheapest_at_99": _planner_cheapest_at(cal, 0.99),
+        "families.t4cal.planner_always_cheaper": _planner_cheaper(cal),
+        "families.t4cal.fixed_cheapest": _fixed_cheapest(cal),
+        "issue12.t4.bound": _bound_above(results["thesis-tuning"], families, "pertoken:20"),
     }
     return {f"check:{k}": "true" if v else "false" for k, v in checks.items()}
 
@@ -476,12 +519,68 @@ def _planner_cheapest_at(
     return all(rival is None or planner[1] < rival[1] for rival in rivals)
 
 
-def _planner_under_fixed(result: ProtocolResult, level: float) -> bool:
-    """The planner's cheapest setting reaching ``level`` costs less than the cheapest constant count that
-    reaches it."""
-    best = cheapest_at(result, level, feasible=False)
-    planner, fixed = best.get("planner"), best.get("fixed")
-    return planner is not None and fixed is not None and planner[1] < fixed[1]
+def _fixed_cheapest(result: ProtocolResult) -> bool:
+    """At every level an autoscaling family reaches, a constant count reaches it for fewer GPU-seconds."""
+    for level in LEVELS:
+        best = cheapest_at(result, level, feasible=False)
+        fixed = best.get("fixed")
+        others = [v for f, v in best.items() if f != "fixed" and v is not None]
+        if others and (fixed is None or any(fixed[1] >= v[1] for v in others)):
+            return False
+    return True
+
+
+def default_headroom(result: ProtocolResult) -> float:
+    """The headroom ``planner`` alone ran at: the scaler's ``planner.headroom`` in the run's command."""
+    return float(result.command["scaler"]["planner"]["headroom"])
+
+
+def headroom(policy: str, default: float) -> float:
+    """The headroom a planner setting runs at (``planner`` alone: ``default``)."""
+    _, _, value = policy.split()[0].partition(":")
+    return float(value) if value else default
+
+
+def planned_rps(result: ProtocolResult, data: Mapping[str, Any]) -> float:
+    """Requests per second the planner plans one replica to carry of the thesis's mix at its default
+    headroom: that share of what the profile says a replica carries at its per-token limit."""
+    return default_headroom(result) * float(data["thesis_planner"]["planned_rps"])
+
+
+def rate_at_plan(ramp: ProtocolResult, data: Mapping[str, Any]) -> float:
+    """Seconds into the ramp at which its rate passes what the planner plans one replica to carry."""
+    rate = float(ramp.command["workload"].partition(":")[2])
+    return float(ramp.command["ramp"]) * planned_rps(ramp, data) / rate
+
+
+def _headroom_orders(result: ProtocolResult) -> bool:
+    """As the headroom rises, the planner's mean attainment never rises and its first scale-out never
+    comes sooner: the one setting trades attainment for GPU-seconds in one direction."""
+    default = default_headroom(result)
+    settings = sorted((p for p in by_policy(result) if family(p) == "planner"), key=lambda p: headroom(p, default))
+    att = [figures(result, p).attainment.mean for p in settings]
+    first = [figures(result, p).first_scale.mean for p in settings]
+    return all(a >= b for a, b in zip(att, att[1:], strict=False)) and all(
+        a <= b for a, b in zip(first, first[1:], strict=False)
+    )
+
+
+def reached_cap(result: ProtocolResult, policy: str) -> Spread:
+    """When each run of ``policy`` first billed the most replicas the bounds allow (NaN: never)."""
+    cap = result.command["scaler"]["max_deployment_count"]
+    runs = [r for r in result.runs if r.key.policy == policy]
+    return Spread.of([next((t for t, n in r.timeline if n == cap), math.nan) for r in runs])
+
+
+def _cap_within(result: ProtocolResult, families: tuple[str, ...], seconds: float) -> list[bool]:
+    """Per run of ``families``: whether it billed the cap within ``seconds`` of its first scale-out."""
+    cap = result.command["scaler"]["max_deployment_count"]
+    out = []
+    for r in (r for r in result.runs if family(r.key.policy) in families):
+        first = next((t for t, n in r.timeline if n != r.timeline[0][1]), math.nan)
+        at_cap = next((t for t, n in r.timeline if n == cap), math.nan)
+        out.append(at_cap - first <= seconds)
+    return out
 
 
 def _all_at_cap(result: ProtocolResult) -> bool:

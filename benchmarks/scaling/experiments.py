@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 import nlgsim.anchors
+import nlgsim.planner_v1
+import nlgsim.protocol
 import nlgsim.protocol_result
+from autoscaler.config import PlannerSpec
 
 ExperimentKey = Literal[
     "thesis-step", "thesis-ramp", "thesis-warm-step", "thesis-cal-ramp",
     "thesis-tuning", "thesis-families", "thesis-cal-tuning", "thesis-cal-families",
     "trace-code-h100", "trace-conv-h100", "trace-conv-t4",
-    "trace-code-h100-x10", "trace-conv-h100-x10", "trace-conv-h100-x30", "trace-code-h100-x30",
 ]  # fmt: skip
 
 T4 = "benchmarks/profiles/t4-gpt2-xl-fp16-derived.json"
@@ -34,20 +36,27 @@ RAMP_S = 200
 WARMUP_S = 120
 #: The planner's settings are chosen on these seeds and judged on seeds 0-9, which they never saw.
 TUNING_SEED = 100
-#: The planner's plan fractions (``planner`` alone: the live default), in steps of 0.05 up to 0.9 so that the
-#: selection has a setting near wherever the target falls.
-PLANNERS = (
-    "planner", "planner:0.65", "planner:0.7", "planner:0.75", "planner:0.8", "planner:0.85", "planner:0.9",
-    "planner:1",
-)  # fmt: skip
+#: The planner's headrooms (``planner`` alone: the live default, ``scaler.planner.headroom``), in steps of
+#: 0.05 from 0.3 to all of the capacity learned, so that the selection has a setting near wherever the
+#: target falls (on the thesis's ramp, well below the default).
+PLANNERS = ("planner", *(f"planner:{h / 100:g}" for h in range(30, 101, 5) if h / 100 != PlannerSpec.headroom))
+#: The planner before attainment became its feedback (nlgsim/planner_v1.py), at the settings it shipped
+#: with: a row beside ``planner`` wherever the planner is one, old against new.
+PLANNER_V1 = nlgsim.planner_v1.NAME
+#: The planner with no headroom (all of the capacity learned): what the default's margin buys, on the traces.
+NO_HEADROOM = "planner:1"
 #: The policies a user would pick instead, at their projects' documented defaults (nlgsim/anchors.py): a row
 #: of every table that compares policies.
 ANCHORS = tuple(nlgsim.anchors.ANCHORS)
 FAMILIES = (
     "request:1000", "request:1500", "request:2000", "request:3000",
     "pertoken:20", "pertoken:22", "pertoken:25", "pertoken:30",
-    *PLANNERS, *ANCHORS, "fixed:3", "fixed:4",
+    *PLANNERS, PLANNER_V1, *ANCHORS, "fixed:3", "fixed:4",
 )  # fmt: skip
+#: The thesis protocol's own policies with ``planner-v1`` beside ``planner``.
+THESIS_POLICIES = tuple(
+    name for p in nlgsim.protocol.PROTOCOLS["thesis"].policies for name in ((p, PLANNER_V1) if p == "planner" else (p,))
+)
 
 
 def _policies(*names: str) -> tuple[str, ...]:
@@ -98,43 +107,33 @@ def _thesis(key: ExperimentKey, title: str, profile: str, *extra: str) -> Experi
     return Experiment(key, title, ("--protocol", "thesis", "--profile", profile, "--workload", "complex:10", *extra))
 
 
-def _trace(
-    key: ExperimentKey, title: str, profile: str, trace: str, policies: tuple[str, ...], scale: int = 1
-) -> Experiment:
+def _trace(key: ExperimentKey, title: str, profile: str, trace: str, policies: tuple[str, ...]) -> Experiment:
     return Experiment(key, title, (
         "--protocol", "trace", "--profile", profile, "--workload", f"trace:{TRACES}/{trace}.csv",
-        "--map-lengths", TRACE_LENGTHS, *(("--scale", str(scale)) if scale > 1 else ()), *_policies(*policies),
+        "--map-lengths", TRACE_LENGTHS, *_policies(*policies),
     ))  # fmt: skip
 
 
-#: What every fleet-scale table compares: the project's policies and the anchors at their defaults
-#: (nlgsim/anchors.py); each experiment adds the fixed fleets around its best one, so the best fixed
-#: fleet in hindsight (the fewest replicas reaching the target) is one of its rows.
-FLEET = ("planner", "pertoken:15 w30", *ANCHORS)
-#: The lagged oracle (nlgsim/lagged.py) holding each need two, five and ten start-ups of the H100 profile: from
-#: letting replicas go between bursts to the planner's burst lookback. A reference of what reacting to exactly
-#: measured need reaches, beside the fixed fleets in every fleet-scale table.
-LAGGED = ("lagged:120", "lagged:300", "lagged:600")
-#: The planner measuring over a longer window than the autoscaler's default: an approach tried on the rows
-#: not met, where the noise of what it measures, which its holds keep the highest of, costs replicas.
-LONG_WINDOW = "planner w120"
-#: The planner over windows shorter and longer than its default, on the rows where the windows were tried:
-#: whether a window meets a row alone or with the windows around it says whether the row is met by a
-#: setting or by a margin.
-WINDOWS = ("planner w30", "planner w90", LONG_WINDOW, "planner w180")
-
-
 EXPERIMENTS: tuple[Experiment, ...] = (
-    _thesis("thesis-step", "Derived T4: 10 req/s from the first second (as the thesis describes it)", T4),
-    _thesis("thesis-ramp", f"Derived T4: rising to 10 req/s over {RAMP_S} s", T4, "--ramp", str(RAMP_S)),
+    _thesis(
+        "thesis-step", "Derived T4: 10 req/s from the first second (as the thesis describes it)", T4,
+        *_policies(*THESIS_POLICIES),
+    ),
+    _thesis(
+        "thesis-ramp", f"Derived T4: rising to 10 req/s over {RAMP_S} s", T4, "--ramp", str(RAMP_S),
+        *_policies(*THESIS_POLICIES),
+    ),
     _thesis(
         "thesis-warm-step", f"Derived T4: 10 req/s after {WARMUP_S} s at a quarter of one replica's capacity",
-        T4, "--warmup", str(WARMUP_S), "--warmup-rate", "0.25x",
+        T4, "--warmup", str(WARMUP_S), "--warmup-rate", "0.25x", *_policies(*THESIS_POLICIES),
     ),  # fmt: skip
-    _thesis("thesis-cal-ramp", f"Calibrated T4: rising to 10 req/s over {RAMP_S} s", T4CAL, "--ramp", str(RAMP_S)),
+    _thesis(
+        "thesis-cal-ramp", f"Calibrated T4: rising to 10 req/s over {RAMP_S} s", T4CAL, "--ramp", str(RAMP_S),
+        *_policies(*THESIS_POLICIES),
+    ),
     _thesis(
         "thesis-tuning", f"Derived T4, rising over {RAMP_S} s: the planner's settings on seeds kept for tuning", T4,
-        "--ramp", str(RAMP_S), "--seed", str(TUNING_SEED), *_policies(*PLANNERS),
+        "--ramp", str(RAMP_S), "--seed", str(TUNING_SEED), *_policies(*PLANNERS, PLANNER_V1),
     ),
     _thesis(
         "thesis-families", f"Derived T4, rising over {RAMP_S} s: each policy family over its settings", T4,
@@ -142,7 +141,7 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),
     _thesis(
         "thesis-cal-tuning", f"Calibrated T4, rising over {RAMP_S} s: the planner's settings on seeds kept for "
-        "tuning", T4CAL, "--ramp", str(RAMP_S), "--seed", str(TUNING_SEED), *_policies(*PLANNERS),
+        "tuning", T4CAL, "--ramp", str(RAMP_S), "--seed", str(TUNING_SEED), *_policies(*PLANNERS, PLANNER_V1),
     ),
     _thesis(
         "thesis-cal-families", f"Calibrated T4, rising over {RAMP_S} s: each policy family over its settings",
@@ -150,34 +149,17 @@ EXPERIMENTS: tuple[Experiment, ...] = (
     ),  # fmt: skip
     _trace(
         "trace-code-h100", "azure2023_code on the measured H100", H100, "azure2023_code",
-        ("planner", "planner:0.9", "planner s600", *WINDOWS, *_pertoken((10, 15, 25)), "request:2000",
-         "request:5000", *ANCHORS, *LAGGED, "fixed:1", "fixed:2", "fixed:3"),
+        ("planner", PLANNER_V1, NO_HEADROOM, *_pertoken((10, 15, 25)), "request:2000", "request:5000", *ANCHORS,
+         "fixed:1", "fixed:2", "fixed:3"),
     ),  # fmt: skip
     _trace(
         "trace-conv-h100", "azure2023_conv on the measured H100", H100, "azure2023_conv",
-        ("planner", "planner:0.9", "planner s600", LONG_WINDOW, *_pertoken((10, 15, 25)), "request:10000", *ANCHORS,
-         *LAGGED, "fixed:1"),
+        ("planner", PLANNER_V1, NO_HEADROOM, *_pertoken((10, 15, 25)), "request:10000", *ANCHORS, "fixed:1"),
     ),  # fmt: skip
     _trace(
         "trace-conv-t4", "azure2023_conv on the derived T4", T4, "azure2023_conv",
-        ("planner", "planner:0.9", "planner s600", *_pertoken((25, 30, 40)), "request:10000", "request:20000",
+        ("planner", PLANNER_V1, NO_HEADROOM, *_pertoken((25, 30, 40)), "request:10000", "request:20000",
          *ANCHORS, "fixed:2", "fixed:3", "fixed:4"),
-    ),  # fmt: skip
-    _trace(
-        "trace-code-h100-x10", "azure2023_code x10 on the measured H100", H100, "azure2023_code",
-        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(3, 13))), scale=10,
-    ),  # fmt: skip
-    _trace(
-        "trace-conv-h100-x10", "azure2023_conv x10 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, "planner:0.9", *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(2, 7))), scale=10,
-    ),  # fmt: skip
-    _trace(
-        "trace-conv-h100-x30", "azure2023_conv x30 on the measured H100", H100, "azure2023_conv",
-        (*FLEET, *WINDOWS, *LAGGED, *(f"fixed:{n}" for n in range(4, 13))), scale=30,
-    ),  # fmt: skip
-    _trace(
-        "trace-code-h100-x30", "azure2023_code x30 on the measured H100", H100, "azure2023_code",
-        (*FLEET, LONG_WINDOW, *LAGGED, *(f"fixed:{n}" for n in range(16, 29))), scale=30,
     ),  # fmt: skip
 )
 

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from benchmarks.scaling import fleet
 from benchmarks.scaling.analysis import profile_table, values
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES
 from benchmarks.scaling.runner import RESULTS, ROOT, profile_numbers
@@ -29,10 +28,8 @@ TEMPLATE = Path(__file__).with_name("report_template.md")
 REPORT = ROOT / "benchmarks" / "scaling_policies.md"
 FIGURES = ROOT / "benchmarks" / "figures"
 SIM_TO_REAL = ROOT / "benchmarks" / "results" / "sim_to_real.json"
-# The same check on the GPU the fleet tables model, one per trace (the GPU machine serves, this renders).
+# The same check on the GPU the trace tables model, one per trace (the GPU machine serves, this renders).
 SIM_TO_REAL_H100 = {t: ROOT / "benchmarks" / "results" / f"sim_to_real_h100_{t}.json" for t in ("conv", "code")}
-FIRST_BURST = ROOT / "benchmarks" / "results" / "first_burst.json"
-NEED_ESTIMATE = ROOT / "benchmarks" / "results" / "need_estimate.json"
 PLACEHOLDER = re.compile(r"\{\{([^{}]+?)\}\}")
 
 
@@ -74,21 +71,15 @@ def figure_values(data: Mapping[str, Any], draw: bool, shown: set[str]) -> dict[
 
 
 def render(
-    data: Mapping[str, Any], real: Mapping[str, Any] | None, bursts: Mapping[str, Any] | None, draw: bool = False,
-    needs: Mapping[str, Any] | None = None, real_h100: Mapping[str, Mapping[str, Any] | None] | None = None,
-) -> str:  # fmt: skip
-    """The report; ``real``, ``bursts``, ``needs`` and ``real_h100``: the sim-to-real, first-burst,
-    need-estimate and H100 sim-to-real results, where there are."""
+    data: Mapping[str, Any],
+    real: Mapping[str, Any] | None,
+    draw: bool = False,
+    real_h100: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> str:
+    """The report; ``real`` and ``real_h100``: the sim-to-real results on the CPU and on the H100, where
+    there are."""
     template = TEMPLATE.read_text()
-    given = {
-        **values(data, real, real_h100),
-        **fleet.placeholders(data),
-        **fleet.first_burst_values(bursts),
-        **fleet.need_values(needs),
-        **fleet.short_values(needs),
-        **fleet.long_need_values(needs),
-        **figure_values(data, draw, set(PLACEHOLDER.findall(template))),
-    }
+    given = {**values(data, real, real_h100), **figure_values(data, draw, set(PLACEHOLDER.findall(template)))}
     return fill(template, given)
 
 
@@ -109,9 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = json.loads(args.results.read_text())
     real = json.loads(SIM_TO_REAL.read_text()) if SIM_TO_REAL.exists() else None
-    bursts = json.loads(FIRST_BURST.read_text()) if FIRST_BURST.exists() else None
-    needs = json.loads(NEED_ESTIMATE.read_text()) if NEED_ESTIMATE.exists() else None
-    args.out.write_text(render(data, real, bursts, draw=not args.no_figures, needs=needs, real_h100=h100_results()))
+    args.out.write_text(render(data, real, draw=not args.no_figures, real_h100=h100_results()))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autoscaler.capacity import choices_per_second
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES, Experiment, experiment
 from nlgsim.capacity import saturation_rate, step_estimate
 from nlgsim.cli import build_parser, plan_from_args
@@ -54,14 +55,17 @@ def profile_numbers(path: str) -> dict[str, Any]:
 
 
 def planner_numbers(exp: Experiment) -> dict[str, float]:
-    """What the planner plans with on an experiment's first seed: its per-token target, and what its
-    capacity model says one sequence alone costs a step (a target below it cannot be planned)."""
+    """What the planner plans with on an experiment's first seed: its per-token target, what its
+    capacity model says one sequence alone costs a step (a target below it cannot be planned), and the
+    requests per second the profile says one replica carries at that target."""
     plan = plan_of(exp)
     profile = load_profile(ROOT / plan.profile)
     requests = thesis_requests_for(plan, plan.first_seed)
     cfg = planner_config(profile, requests, plan.slo, plan.loop_interval, plan.startup_s, plan.scaler.planner)
-    one = step_estimate(profile, 1, cfg.prompt_tokens, cfg.output_tokens, requests[0].choices)
-    return {"target_ms": 1000 * cfg.per_token_limit_s, "lone_step_ms": 1000 * one}
+    choices = requests[0].choices
+    one = step_estimate(profile, 1, cfg.prompt_tokens, cfg.output_tokens, choices)
+    carried = choices_per_second(profile, cfg.per_token_limit_s, cfg.prompt_tokens, cfg.output_tokens, choices)
+    return {"target_ms": 1000 * cfg.per_token_limit_s, "lone_step_ms": 1000 * one, "planned_rps": carried / choices}
 
 
 def machine() -> dict[str, Any]:
@@ -84,16 +88,17 @@ def load_average() -> float | None:
 
 def run(keys: list[str], workers: int, out: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
-    kept = [k for k in data.get("experiments", {}) if keys and k not in keys]
+    known = {e.key for e in EXPERIMENTS}
+    for section in ("experiments", "wall_s", "load_average_before"):
+        # An experiment no longer defined has no table to fill: its numbers go.
+        data[section] = {k: v for k, v in data.get(section, {}).items() if k in known}
+    kept = [k for k in data["experiments"] if keys and k not in keys]
     if kept and data.get("workers") not in (None, workers):
         # The report states one worker count for every experiment's time.
         raise SystemExit(
             f"--workers {workers}: the {len(kept)} experiments kept from {out.name} ran with {data['workers']}; "
             f"re-run with --workers {data['workers']}, or every experiment (no --only)"
         )
-    data.setdefault("experiments", {})
-    data.setdefault("wall_s", {})
-    data.setdefault("load_average_before", {})
     data["machine"] = machine()
     data["workers"] = workers
     data["profiles"] = [profile_numbers(p) for p in PROFILES]

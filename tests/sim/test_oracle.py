@@ -16,7 +16,7 @@ import pytest
 from sim_testkit import paper_profile
 
 from nlgsim.feasibility import infeasible
-from nlgsim.oracle import _attainment, oracle, short_attainment
+from nlgsim.oracle import _attainment, oracle
 from nlgsim.profile import load_profile
 from nlgsim.results import request_table, summarize, violations
 from nlgsim.simulator import Scenario, simulate
@@ -191,24 +191,3 @@ def test_a_count_given_up_on_early_is_one_that_falls_short_run_to_the_end(trace,
             assert early == full, n
         verdicts.append(full >= slo.target)
     assert verdicts[0] is False and verdicts[-1] is True, "the counts should span the answer"
-
-
-def test_one_replica_short_every_interval_that_needed_more_than_one_falls_below_the_target(trace, bound):
-    short = short_attainment(PROFILE, trace, SLO_LONG, bound.replicas)
-    assert len(short) == len(bound.replicas)
-    for i, (n, got) in enumerate(zip(bound.replicas, short, strict=True)):
-        if n == 1:
-            assert math.isnan(got)  # no replica left to run it on
-            continue
-        # The oracle took the fewest that meet the target, so one fewer falls short; run to the end,
-        # the figure is the interval's own, as a fresh simulation of it finds.
-        assert got < SLO_LONG.target
-        assert got == pytest.approx(check_interval(PROFILE, trace, SLO_LONG, i)(n - 1))
-    assert any(not math.isnan(got) for got in short)
-    # At the oracle's own counts it is the oracle's attainment.
-    assert short_attainment(PROFILE, trace, SLO_LONG, bound.replicas, fewer=0) == pytest.approx(bound.attainment)
-
-
-def test_short_attainment_wants_a_count_for_every_interval(trace, bound):
-    with pytest.raises(ValueError, match="7 replica counts for 8 intervals of 30 s"):
-        short_attainment(PROFILE, trace, SLO_LONG, bound.replicas[:-1])

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.scaling import analysis, fleet, render, runner
+from benchmarks.scaling import analysis, render, runner
 from benchmarks.scaling.experiments import EXPERIMENTS, PROFILES, experiment
 from benchmarks.scaling.runner import RESULTS, plan_of
 from nlgsim.protocol import PROTOCOLS, ProtocolResult, Replicate, RunKey, RunResult, plan_json
@@ -31,20 +31,13 @@ def committed():
 
 def test_the_committed_report_is_the_committed_results_rendered(committed):
     real = json.loads(render.SIM_TO_REAL.read_text()) if render.SIM_TO_REAL.exists() else None
-    bursts = json.loads(render.FIRST_BURST.read_text())
-    needs = json.loads(render.NEED_ESTIMATE.read_text())
-    got = render.render(committed, real, bursts, needs=needs, real_h100=render.h100_results())
+    got = render.render(committed, real, real_h100=render.h100_results())
     assert got == render.REPORT.read_text()
 
 
 def test_each_tables_command_is_the_plan_its_numbers_came_from(committed):
-    keys = {e.key for e in EXPERIMENTS}
-    # A fleet-scale experiment may be not run yet: the report says so in its rows.
-    assert set(committed["experiments"]) <= keys
-    assert keys - set(committed["experiments"]) <= {key for _, _, key in fleet.ROWS}
+    assert set(committed["experiments"]) == {e.key for e in EXPERIMENTS}
     for exp in EXPERIMENTS:
-        if exp.key not in committed["experiments"]:
-            continue
         assert plan_json(plan_of(exp)) == committed["experiments"][exp.key]["command"], exp.key
         # The command the report prints is, word for word, the arguments the plan was made from.
         words = shlex.split(exp.command().replace("\\\n", " "))
@@ -71,6 +64,13 @@ def test_a_missing_value_is_refused_naming_all_of_them():
     with pytest.raises(render.MissingValues, match=r"2 placeholder\(s\) .*: a\.b, c"):
         render.fill("{{a.b}} and {{c}} and {{d}}", {"d": "1"})
     assert render.fill("{{x y:1}}!", {"x y:1": "ok"}) == "ok!"
+
+
+def test_results_lacking_an_experiment_are_refused_naming_each_and_the_command(committed):
+    gone = ("thesis-step", "trace-conv-t4")
+    partial = {**committed, "experiments": {k: v for k, v in committed["experiments"].items() if k not in gone}}
+    with pytest.raises(analysis.MissingExperiments, match=r"2 experiment.*: thesis-step, trace-conv-t4; .*--only th"):
+        analysis.values(partial, None)
 
 
 def test_a_fact_the_prose_relies_on_must_hold():
@@ -226,9 +226,10 @@ def test_only_reruns_the_experiments_named_and_keeps_the_others(tmp_path, monkey
     monkeypatch.setattr(runner, "profile_numbers", lambda path: {"path": path})
     monkeypatch.setattr(runner, "planner_numbers", lambda exp: {})
     out = tmp_path / "results.json"
-    kept = {"experiments": {"thesis-step": {"old": 1}, "thesis-ramp": {"old": 2}},
-            "wall_s": {"thesis-step": 5.0, "thesis-ramp": 6.0},
-            "load_average_before": {"thesis-step": 8.0, "thesis-ramp": 8.0}}  # fmt: skip
+    # An experiment no longer defined (a retired key) has no table: its numbers go.
+    kept = {"experiments": {"thesis-step": {"old": 1}, "thesis-ramp": {"old": 2}, "retired": {"old": 3}},
+            "wall_s": {"thesis-step": 5.0, "thesis-ramp": 6.0, "retired": 7.0},
+            "load_average_before": {"thesis-step": 8.0, "thesis-ramp": 8.0, "retired": 8.0}}  # fmt: skip
     out.write_text(json.dumps(kept))
     runner.run(["thesis-tuning", "thesis-ramp"], 2, out)
     data = json.loads(out.read_text())
@@ -243,7 +244,7 @@ def test_only_re_runs_with_the_worker_count_the_kept_experiments_ran_with(tmp_pa
     out = tmp_path / "results.json"
     out.write_text(json.dumps({"experiments": {"thesis-step": {}}, "workers": 2}))
     with pytest.raises(SystemExit, match="ran with 2; re-run with --workers 2"):
-        runner.run(["trace-conv-h100-x10"], 1, out)
+        runner.run(["trace-conv-t4"], 1, out)
     assert json.loads(out.read_text())["workers"] == 2  # nothing written
 
 
@@ -258,15 +259,63 @@ def test_the_cheapest_at_the_target_is_named_as_what_it_is_beside_the_planner():
     assert analysis.versus_planner(policy("planner:0.9", 1.24)).startswith("the cheapest at the target, `planner:0.9`")
 
 
-def test_kept_at_the_cap_means_reaching_it_and_never_going_below_after():
-    def timelines(**runs: tuple[tuple[float, int], ...]) -> ProtocolResult:
-        result = made({p.replace("_", ":"): [(0.99, 1900, 5)] for p in runs})
-        kept = tuple(replace(r, timeline=runs[r.key.policy.replace(":", "_")]) for r in result.runs)
-        return replace(result, command={**result.command, "scaler": {"max_deployment_count": 4}}, runs=kept)
+def timelines(**runs: tuple[tuple[float, int], ...]) -> ProtocolResult:
+    """One seed per policy (names with ``_`` for ``:``), each with its pods over time; a cap of 4."""
+    result = made({p.replace("_", ":"): [(0.99, 1900, 5)] for p in runs})
+    kept = tuple(replace(r, timeline=runs[r.key.policy.replace(":", "_")]) for r in result.runs)
+    return replace(result, command={**result.command, "scaler": {"max_deployment_count": 4}}, runs=kept)
 
+
+def test_kept_at_the_cap_means_reaching_it_and_never_going_below_after():
     up = ((0.0, 1), (10.0, 4))
     result = timelines(planner=up, pertoken_20=((0.0, 1), (5.0, 2), (20.0, 4)), kpa=((0.0, 1), (9.0, 4), (50.0, 3)))
     assert analysis._kept_at_cap(result, ("planner", "pertoken"))
     assert not analysis._kept_at_cap(result, ("kpa",))  # went back to 3
     assert not analysis._kept_at_cap(timelines(planner=((0.0, 1), (10.0, 3))), ("planner",))  # never at 4
     assert not analysis._kept_at_cap(result, ("request",))  # none run: the claim is not made
+
+
+def test_the_cap_within_a_time_counts_from_the_first_scale_out_and_never_reaching_it_is_not_within():
+    result = timelines(
+        pertoken_20=((0.0, 1), (10.0, 3), (20.0, 4)),
+        planner=((0.0, 1), (10.0, 2), (20.0, 3), (40.0, 4)),
+        kpa=((0.0, 1), (10.0, 3)),
+    )  # fmt: skip
+    assert analysis._cap_within(result, ("pertoken",), 10.0) == [True]
+    assert analysis._cap_within(result, ("pertoken",), 9.0) == [False]
+    assert analysis._cap_within(result, ("planner",), 10.0) == [False]
+    assert analysis._cap_within(result, ("kpa",), 1000.0) == [False]  # never at 4
+    assert analysis.reached_cap(result, "planner").mean == 40.0
+    assert math.isnan(analysis.reached_cap(result, "kpa").mean)
+
+
+def headrooms(runs: dict[str, list[tuple[float, float, float]]], default: float = 0.85) -> ProtocolResult:
+    result = made(runs)
+    return replace(result, command={**result.command, "scaler": {"planner": {"headroom": default}}})
+
+
+def test_the_headroom_orders_attainment_down_and_first_scale_out_later_with_the_default_in_its_place():
+    runs = {"planner:1": [(0.80, 1500, 90)], "planner": [(0.85, 1550, 80)], "planner:0.5": [(0.95, 1600, 40)]}
+    assert analysis._headroom_orders(headrooms(runs))
+    # The same numbers with the default at 0.4: it now sits below 0.5, with less attainment.
+    assert not analysis._headroom_orders(headrooms(runs, default=0.4))
+    later = headrooms({"planner:1": [(0.80, 1500, 30)], "planner:0.5": [(0.95, 1600, 40)]})
+    assert not analysis._headroom_orders(later)  # more attainment, yet scaled out later
+
+
+def test_a_constant_count_is_cheapest_only_if_it_is_at_every_level_another_family_reaches():
+    assert not analysis._fixed_cheapest(HAND)  # at 99% fixed:4 costs 1932.5, planner:0.8 1805
+    cheap = made({"request:1000": [(0.99, 1900, 5)], "planner": [(0.95, 1800, 4)], "fixed:3": [(1.0, 1700, math.nan)]})
+    assert analysis._fixed_cheapest(cheap)
+    none = made({"request:1000": [(0.99, 1900, 5)], "fixed:3": [(0.5, 1700, math.nan)]})
+    assert not analysis._fixed_cheapest(none)  # no constant count reaches the levels the request policy does
+
+
+def test_the_ramp_passes_the_plan_where_its_rate_reaches_the_headroom_of_what_a_replica_carries():
+    ramp = made({"planner": [(0.8, 1500, 88)]})
+    ramp = replace(ramp, command={
+        **ramp.command, "workload": "complex:10", "ramp": 200.0, "scaler": {"planner": {"headroom": 0.5}},
+    })  # fmt: skip
+    data = {"thesis_planner": {"planned_rps": 3.0}}
+    assert analysis.planned_rps(ramp, data) == 1.5
+    assert analysis.rate_at_plan(ramp, data) == pytest.approx(30.0)

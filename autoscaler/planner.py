@@ -7,7 +7,8 @@ Each round, from the window's statistics:
    the window, over its span, plus the requests waiting, drained over one start-up), over what one
    replica carries at the SLO's per-token limit for the window's mix (prompt and output tokens, choices:
    :func:`observe_mix`) according to the engine profile (:func:`autoscaler.capacity.choices_per_second`):
-   the work, in *profiled replicas' worth*; and the *peak work*, the larger of the window's and of its
+   the work, in *profiled replicas' worth*; forecast one start-up ahead from its rise, where the rise is
+   more than its scatter (:func:`forecast`); and the *peak work*, the larger of the window's and of its
    last round's alone, where a burst shorter than the window shows at its own rate.
 2. **Attainment** (:func:`miss_share`): the share of the window's choices over a limit the SLO names,
    read from the latency histograms at the limits. The window is *short* (:func:`short_of_target`) when
@@ -18,7 +19,7 @@ Each round, from the window's statistics:
    taken one window later, once that load is known. Windows that meet the target with no replica more
    than the work needs raise it by :data:`RISE` a start-up: it finds out when the traffic lets a replica
    carry more, and a short window sets it back.
-4. **Size** (:func:`plan`): the work now over ``headroom`` of the learned capacity, or the *burst floor*
+4. **Size** (:func:`plan`): the work forecast over ``headroom`` of the learned capacity, or the *burst floor*
    over all of it, the larger: the 90th percentile, over the start-up-long slots remembered, of each slot's
    highest peak work, what arrives within one start-up, which a pod asked for then would not catch. The
    floor trades GPU-seconds for attainment where bursts come faster than a start-up; the reason says when
@@ -62,6 +63,9 @@ CHANCE_Z = 2.0
 #: ends would read as a replica carrying almost nothing, and a few misses on a lightly loaded replica (a
 #: cold start, a clump) as a replica carrying what little it had; the next short window cuts again.
 MAX_CUT = 0.5
+#: Standard errors a rise of the work must exceed to count as a trend (about 98% one-sided): the forecast
+#: multiplies the slope by a start-up, so a slope of noise would size the fleet.
+TREND_Z = 2.0
 #: How fast the learned capacity rises while windows meet the target at the plan: this share a start-up.
 #: Slow against what a short window takes away, so that the fleet probes its edge rarely.
 RISE = 0.01
@@ -148,6 +152,8 @@ class PlannerState:
     replicas: int
     work: tuple[tuple[float, float], ...] = ()
     """The peak work of each round, in profiled replicas' worth (the burst floor's history)."""
+    averages: tuple[tuple[float, float], ...] = ()
+    """The window's work of each round over the trend's span (:func:`forecast`)."""
     mix: Mix | None = None
     proposals: tuple[tuple[float, int], ...] = ()
     events: tuple[tuple[float, int], ...] = ()
@@ -256,6 +262,35 @@ def burst_level(history: tuple[tuple[float, float], ...], now: float, lead_s: fl
     return nearest_rank(BURST_QUANTILE, sorted(peaks.values())) if peaks else 0.0
 
 
+def rising(points: tuple[tuple[float, float], ...], span: float) -> float:
+    """The least-squares slope of the windows' work ``points`` less :data:`TREND_Z` standard errors, or 0
+    when that is not positive: the rise their own scatter does not explain. Windows ``span`` long taken
+    every round overlap, so the error counts one measurement per ``span`` of the time they cover."""
+    n = len(points)
+    if n < 3:
+        return 0.0
+    mt, mv = sum(t for t, _ in points) / n, sum(v for _, v in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    slope = sum((t - mt) * (v - mv) for t, v in points) / var if var > 0 else 0.0
+    if slope <= 0:
+        return 0.0
+    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
+    independent = (points[-1][0] - points[0][0]) / span + 1.0
+    return max(slope - TREND_Z * math.sqrt(residual / (var * max(independent - 2.0, 1.0))), 0.0)
+
+
+def forecast(averages: tuple[tuple[float, float], ...], span: float, lead_s: float) -> float:
+    """The work one start-up ahead: the last window's, plus its significant rise (:func:`rising`) over the
+    start-up and the half window its average lags by. Fitted over the last start-up and at least two
+    windows (over less, every window shares most of its requests with every other, and their scatter says
+    nothing of the noise), and only once the rounds cover half of that (after a start, a slope is noise)."""
+    fitted = max(lead_s, 2 * span)
+    now, work = averages[-1]
+    points = tuple((t, w) for t, w in averages if t > now - fitted)
+    slope = rising(points, span) if now - points[0][0] >= fitted / 2 else 0.0
+    return work + slope * (lead_s + span / 2)
+
+
 def plan(work: float, burst: float, capacity: float, headroom: float) -> tuple[int, str]:
     """Replicas for ``work`` with each replica at ``headroom`` of ``capacity`` (profiled replicas' worth), or
     for the ``burst`` level at all of it (already the peak of what a start-up brings, it needs no margin on
@@ -263,7 +298,7 @@ def plan(work: float, burst: float, capacity: float, headroom: float) -> tuple[i
     by_work, by_burst = math.ceil(work / (capacity * headroom) - 1e-9), math.ceil(burst / capacity - 1e-9)
     if by_burst > by_work:
         return by_burst, f"the burst floor ({burst:.3g} within a start-up)"
-    return by_work, "the work"
+    return by_work, "the work a start-up ahead"
 
 
 def judge_trial(trial: Trial, missed: float, short: bool, load: float, allowed: float) -> bool | None:
@@ -285,6 +320,9 @@ def planner_decide(
     mix = observe_mix(window, state.mix, cfg)
     demand, per_replica, work, peak = measure_work(window, cfg, mix)
     history = tuple((t, w) for t, w in state.work if t > keep) + ((now, peak),)
+    fitted = now - max(cfg.lead_s, 2 * window.span)
+    averages = tuple((t, w) for t, w in state.averages if t > fitted) + ((now, work),)
+    ahead = forecast(averages, window.span, cfg.lead_s)
     serving = tuple((t, n) for t, n in state.serving if t > keep) + ((now, serving_replicas(window)),)
     # A window's outcomes belong to the load its requests arrived into and the replicas that served them:
     # over its span, and as far again back as its slowest requests took (they finished in it, late).
@@ -333,12 +371,13 @@ def planner_decide(
         f" (a short window: at most {shortfall:.3g})" if shortfall is not None and shortfall < capacity else ""
     )
     burst = burst_level(history, now, cfg.lead_s)
-    want, term = plan(work, burst, learned, cfg.headroom)
+    want, term = plan(ahead, burst, learned, cfg.headroom)
     if asked is not None and learned < capacity and want > current:
         trial = Trial(now, current, want, *asked, capacity)
     attained = "no requests finished" if math.isnan(missed) else f"attainment {1 - missed:.2%}"
     why = (
-        f"demand {demand:.3g}/s, {work:.3g} profiled replicas' worth ({per_replica:.3g}/s each); capacity "
+        f"demand {demand:.3g}/s, {work:.3g} profiled replicas' worth ({per_replica:.3g}/s each), {ahead:.3g} a "
+        f"start-up ahead; capacity "
         f"{why_capacity}; {want} by {term}; {attained} (target {cfg.slo.target:.2%}"
         + (f", {floor:.2%} more allowed: misses more replicas did not fix" if floor > 0 else "")
         + (", short" if short else "")
@@ -350,7 +389,7 @@ def planner_decide(
     desired = bounds(limited, spec)
     values = {
         "demand": demand, "work": work, "per_replica": per_replica, "capacity": learned, "burst": burst,
-        "planned": learned * per_replica, "missed": missed, "allowed": allowed,
+        "forecast": ahead, "planned": max(ahead, burst) * per_replica, "missed": missed, "allowed": allowed,
         "prompt_tokens": mix.prompt_tokens, "output_tokens": mix.output_tokens, "choices": mix.choices,
     }  # fmt: skip
     q = cfg.slo.window_quantile
@@ -360,7 +399,7 @@ def planner_decide(
             values[f"{family}_{q}"] = value * 1000
     events = record_event(state.events, now, current, desired, spec)
     new_state = PlannerState(
-        desired, history, mix, proposals, events, learned, unfixed, trial, pending, serving
+        desired, history, averages, mix, proposals, events, learned, unfixed, trial, pending, serving
     )
     return Decision(desired, current, True, f"{why}: {current} -> {desired}", values), new_state
 

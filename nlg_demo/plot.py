@@ -3,7 +3,7 @@
 This module owns drawing and nothing else. The top panel steps through the replicas the autoscaler
 observed and asked for. For a policy that plans (its decisions carry ``demand`` and ``planned``), a
 middle panel shows demand in choices per second: what the planner measured from the pods, its
-forecast one start-up ahead, the capacity its instances give, and what the client offered. The bottom
+demand planned for (the work, or the burst floor), the capacity its instances give, and what the client offered. The bottom
 panel shows the per-token latency the policy decided on (the line), each finished request's
 client-side per-token latency (the dots, simple and complex apart) and the policy's target.
 """
@@ -48,7 +48,7 @@ class Signal:
 
 
 def plans(rounds: Sequence[Round]) -> bool:
-    """Whether the rounds come from a policy that forecasts demand."""
+    """Whether the rounds come from a policy that plans demand (the planner)."""
     return any("planned" in r.metrics for r in rounds)
 
 
@@ -85,11 +85,11 @@ def _demand(axis: Axes, rounds: Sequence[Round], records: Sequence[LoadRecord], 
         axis.step(starts + [starts[-1] + bin_s], rates + [rates[-1]], where="post", color="grey", alpha=0.6,
                   label=f"offered by the client ({bin_s:g} s bins)")  # fmt: skip
     axis.plot(*_series(rounds, "demand"), color="tab:blue", lw=2, label="demand (planner, from the pods)")
-    axis.plot(*_series(rounds, "planned"), color="tab:orange", lw=2, ls="--", label="forecast, one start-up ahead")
-    axis.step(*_series(rounds, "capacity"), where="post", color="tab:red", lw=1, ls=":",
-              label="capacity planned for: instances x per-instance x headroom")  # fmt: skip
+    axis.plot(*_series(rounds, "planned"), color="tab:orange", lw=2, ls="--", label="planned for: the work, or the burst floor")
+    axis.step(*_series(rounds, "fleet_capacity"), where="post", color="tab:red", lw=1, ls=":",
+              label="capacity planned: instances x per-instance (learned) x headroom")  # fmt: skip
     axis.set_ylabel("choices per second")
-    highest = max([v for key in ("demand", "planned", "capacity") for v in _series(rounds, key)[1]] + rates + [1.0])
+    highest = max([v for key in ("demand", "planned", "fleet_capacity") for v in _series(rounds, key)[1]] + rates + [1.0])
     axis.set_ylim(0, highest * 1.4)  # room above the lines for the legend
     axis.legend(loc="upper right", fontsize="small")
 

@@ -155,10 +155,12 @@ def threshold_of(lone: Sequence[LoadRecord], statistic: str) -> float:
 
 def measure_load(
     args: argparse.Namespace, server: TritonServer, lone: Sequence[LoadRecord], threshold: float
-) -> tuple[LoadPlan, list[LoadRecord]]:
+) -> tuple[LoadPlan, list[LoadRecord], float | None]:
     """The capacity of one instance, then of two together, and the load sized from them
-    (:func:`nlg_demo.capacity.measure`); also every request the sweeps sent."""
+    (:func:`nlg_demo.capacity.measure`); also every request the sweeps sent, and the seconds the reload
+    to a second instance took (None if none was timed): what adding an instance in place takes."""
     loads: list[PoissonLoad] = []
+    reloads: list[float] = []
 
     def make_load(rate: float) -> PoissonLoad:
         loads.append(PoissonLoad(server.grpc_url, rate, args.complex, seed=args.seed * 1000 + len(loads) + 1))
@@ -169,14 +171,18 @@ def measure_load(
 
     start = first_rate(lone, args.max_num_seqs, args.complex)
     scaler = TritonInstanceScaler(f"http://{server.http_url}", server.metrics_url, load_wait=LOAD_WAIT_S)
+
+    def set_count(count: int) -> None:
+        began = time.monotonic()
+        set_instances(scaler, count)
+        if count > 1 and not reloads:
+            reloads.append(time.monotonic() - began)
+
     try:
-        plan = measure(
-            make_load, lambda count: set_instances(scaler, count), start, threshold, STATISTIC[args.policy], say,
-            args.sweep_step,
-        )  # fmt: skip
+        plan = measure(make_load, set_count, start, threshold, STATISTIC[args.policy], say, args.sweep_step)
     finally:
         scaler.close()
-    return plan, [r for load in loads for r in load.records]
+    return plan, [r for load in loads for r in load.records], reloads[0] if reloads else None
 
 
 def set_instances(scaler: TritonInstanceScaler, count: int) -> None:
@@ -203,12 +209,13 @@ def signal_of(view: dict[str, Any]) -> Signal:
 
 
 def round_of(view: dict[str, Any], start: float, end: float, headroom: float) -> Round:
-    """The round the view's latest decision made; a planner's gets ``capacity`` for the plot."""
+    """The round the view's latest decision made; a planner's gets ``fleet_capacity`` (choices per second its
+    instances carry at the headroom) for the plot."""
     last = view["decisions"][0]
     current = view["replicas"]["current"]
     metrics = dict(view["metrics"])
     if "per_replica" in metrics:
-        metrics["capacity"] = metrics["per_replica"] * headroom * current
+        metrics["fleet_capacity"] = metrics["per_replica"] * metrics.get("capacity", 1.0) * headroom * current
     return Round(start, end, current, last["desired"], metrics)
 
 
@@ -220,8 +227,8 @@ def line_of(view: dict[str, Any], record: Round, signal: Signal, in_flight: int)
     planned = ""
     if "planned" in record.metrics:
         m = record.metrics
-        planned = (f"demand {m['demand']:5.2f}/s forecast {m['planned']:5.2f}/s "
-                   f"per instance {m['per_replica']:5.2f}/s | ")  # fmt: skip
+        planned = (f"demand {m['demand']:5.2f}/s planned {m['planned']:5.2f}/s "
+                   f"per instance {m['per_replica']:5.2f}/s x {m.get('capacity', 1.0):.2f} | ")  # fmt: skip
     return (f"[{record.t:6.1f}s] instances {last['current']} -> {last['desired']} | {planned}"
             f"per-token {shown} | in flight {in_flight:2d} | {last['direction']}")  # fmt: skip
 
@@ -276,8 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         calibration = list(lone)
         plan = None
         if args.rate is None:
-            plan, swept = measure_load(args, server, lone, threshold)
+            plan, swept, reload_s = measure_load(args, server, lone, threshold)
             calibration += swept
+            # The actuator adds an instance by reloading the model in place: its lead is that, not a start.
+            startup_s = reload_s if reload_s is not None else startup_s
         peak = plan.peak if plan else args.rate
         # A base that one instance carries comes first, unless the rate ramps (or is given).
         base = plan.base if plan and args.ramp <= 0 else None

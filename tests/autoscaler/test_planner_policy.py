@@ -27,6 +27,7 @@ from autoscaler.planner import (
     PlannerState,
     Trial,
     burst_level,
+    forecast,
     judge_trial,
     learn_capacity,
     miss_share,
@@ -259,6 +260,28 @@ def test_before_any_request_finished_the_default_mix_stands_in(profile_path):
     )  # fmt: skip
     assert decision.desired == 1  # nothing demanded: the floor
     assert "no requests finished" in decision.reason
+
+
+def test_a_steady_ramp_is_forecast_one_start_up_and_half_a_window_ahead():
+    """Work rising 0.01 profiled replicas' worth a second, measured every 5 s over 30 s windows: the last
+    window's average lags by 15 s, and a pod asked for now serves 20 s later."""
+    ramp = tuple((float(t), 0.01 * t) for t in range(0, 65, 5))
+    assert forecast(ramp, span=30, lead_s=20) == pytest.approx(0.6 + 0.01 * (20 + 15))
+    noisy = tuple((float(t), 1.0 + (0.05 if t % 10 else -0.05)) for t in range(0, 65, 5))
+    assert forecast(noisy, span=30, lead_s=20) == noisy[-1][1]  # a flat load's scatter is no trend
+    young = ramp[-3:]  # 10 s of rounds after a start: less than half the 60 s fitted
+    assert forecast(young, span=30, lead_s=20) == young[-1][1]
+
+
+def test_the_forecast_sizes_the_fleet_and_says_so(profile_path):
+    spec = spec_for(profile_path, startup=20)
+    unit = per_replica(profile_path)
+    p = Planner(spec, 3)
+    for t in range(0, 65, 5):
+        count = p.at(t, window(unit * (1.0 + 0.02 * t), pods=3))
+    assert p.values["forecast"] > p.values["work"] == pytest.approx(2.2)
+    assert count == math.ceil(p.values["forecast"] / 0.85)
+    assert "a start-up ahead" in p.reasons[-1]
 
 
 def test_requests_waiting_are_work_drained_over_one_start_up(profile_path):

@@ -12,8 +12,8 @@ import pytest
 from autoscaler.app import App
 from autoscaler.policy import build_policy
 from autoscaler.profile import EngineProfile, load_profile
-from nlg_demo.config import BURST_LOOKBACK_S, TREND_WINDOW_S, demo_config
-from nlg_demo.load import LoadRecord, mix_of
+from nlg_demo.config import demo_config
+from nlg_demo.load import LoadRecord
 from nlg_demo.plot import draw
 from nlg_demo.run import (
     build_parser,
@@ -182,22 +182,25 @@ def test_the_served_profile_is_the_engine_plus_the_overhead_and_reloads(tmp_path
 # -- the configuration and the planner it runs -----------------------------------------------------
 
 
+#: The lead the demo gives the planner: the reload that adds an instance in place, as it times it when it
+#: measures capacity with two (a few seconds on a CPU).
+RELOAD_S = 3.0
+
+
 def served_file(args) -> str:
     path = output_path(args, ".served-profile.json")
-    served_profile(load_profile(SHIPPED), OVERHEAD, 10.0, SHIPPED).save(path)
+    served_profile(load_profile(SHIPPED), OVERHEAD, RELOAD_S, SHIPPED).save(path)
     return path
 
 
-def test_the_planner_configuration_names_the_served_profile_slo_and_mix(tmp_path):
+def test_the_planner_configuration_names_the_served_profile_and_slo(tmp_path):
     args = planner_args(tmp_path)
     path = served_file(args)
     server = SimpleNamespace(metrics_url="http://127.0.0.1:8002/metrics", http_url="127.0.0.1:8000")
     config = demo_config(args, server, threshold=6.6, profile=path)
     assert config.validate() == []
-    planner, mix = config.scaler.planner, mix_of(args.complex)
+    planner = config.scaler.planner
     assert (config.scaler.type, planner.profile, planner.per_token_slo) == ("planner", str(path), 6.6)
-    assert (planner.prompt_tokens, planner.output_tokens) == (mix.prompt_tokens, mix.output_tokens)
-    assert (planner.trend_window, planner.burst_lookback) == (TREND_WINDOW_S, BURST_LOOKBACK_S)
     assert (config.scaler.scale_up.max_pods, config.scaler.scale_down.max_pods) == (1, 1)
     policy = build_policy(config.scaler)
     assert policy.name == "planner" and policy.targets["pertoken_p99"] == pytest.approx(6.6)
@@ -236,15 +239,15 @@ def test_the_demo_reports_and_plots_the_forecast_of_the_live_planner(tmp_path):
     finally:
         pod.stop()
     last = rounds[-1].metrics
-    assert last["planned"] > last["demand"] > 0  # a rising demand is forecast above itself
-    capacity = last["per_replica"] * config.scaler.planner.headroom * rounds[-1].current
-    assert last["capacity"] == pytest.approx(capacity)
-    assert f"forecast {last['planned']:5.2f}/s" in lines[-1]
+    assert last["planned"] >= last["demand"] > 0  # the forecast or the burst floor, at least the demand
+    fleet = last["per_replica"] * last["capacity"] * config.scaler.planner.headroom * rounds[-1].current
+    assert last["fleet_capacity"] == pytest.approx(fleet)
+    assert f"planned {last['planned']:5.2f}/s" in lines[-1]
     assert signal_of(view).key == "pertoken_p99"
     fig = draw(rounds, [], 0.0, signal_of(view), None, "planner")
     legend = [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
     assert len(fig.axes) == 3
-    assert "forecast, one start-up ahead" in legend and "demand (planner, from the pods)" in legend
+    assert "planned for: the work, or the burst floor" in legend and "demand (planner, from the pods)" in legend
 
 
 @pytest.mark.integration
@@ -296,4 +299,4 @@ def test_the_planner_demo_serves_every_request_on_a_real_tritonserver(tmp_path, 
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     served = json.loads((tmp_path / "demo.served-profile.json").read_text())
     assert served["source"] == "derived" and served["extra"]["engine_profile"] == str(SHIPPED)
-    assert ", 0 failed or cut;" in said and "forecast" in said
+    assert ", 0 failed or cut;" in said and "planned" in said

@@ -2,9 +2,9 @@
 
 This module owns drawing and nothing else. The top panel steps through the replicas the autoscaler
 observed and asked for. For a policy that plans (its decisions carry ``demand`` and ``planned``), a
-middle panel shows demand in choices per second: what the planner measured from the pods, its
-demand planned for (the work, or the burst floor), the capacity its instances give, and what the client offered. The bottom
-panel shows the per-token latency the policy decided on (the line), each finished request's
+middle panel shows demand in choices per second: what the planner measured from the pods, what it
+planned for (the work a start-up ahead, or the burst floor), the capacity its instances give, and what
+the client offered. The bottom panel shows the per-token latency the policy decided on (the line), each finished request's
 client-side per-token latency (the dots, simple and complex apart) and the policy's target.
 """
 
@@ -85,11 +85,13 @@ def _demand(axis: Axes, rounds: Sequence[Round], records: Sequence[LoadRecord], 
         axis.step(starts + [starts[-1] + bin_s], rates + [rates[-1]], where="post", color="grey", alpha=0.6,
                   label=f"offered by the client ({bin_s:g} s bins)")  # fmt: skip
     axis.plot(*_series(rounds, "demand"), color="tab:blue", lw=2, label="demand (planner, from the pods)")
-    axis.plot(*_series(rounds, "planned"), color="tab:orange", lw=2, ls="--", label="planned for: the work, or the burst floor")
+    axis.plot(*_series(rounds, "planned"), color="tab:orange", lw=2, ls="--",
+              label="planned for: the work, or the burst floor")  # fmt: skip
     axis.step(*_series(rounds, "fleet_capacity"), where="post", color="tab:red", lw=1, ls=":",
               label="capacity planned: instances x per-instance (learned) x headroom")  # fmt: skip
     axis.set_ylabel("choices per second")
-    highest = max([v for key in ("demand", "planned", "fleet_capacity") for v in _series(rounds, key)[1]] + rates + [1.0])
+    shown = [v for key in ("demand", "planned", "fleet_capacity") for v in _series(rounds, key)[1]]
+    highest = max([*shown, *rates, 1.0])
     axis.set_ylim(0, highest * 1.4)  # room above the lines for the legend
     axis.legend(loc="upper right", fontsize="small")
 

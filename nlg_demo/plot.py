@@ -4,8 +4,9 @@ This module owns drawing and nothing else. The top panel steps through the repli
 observed and asked for. For a policy that plans (its decisions carry ``demand`` and ``planned``), a
 middle panel shows demand in choices per second: what the planner measured from the pods, what it
 planned for (the work a start-up ahead, or the burst floor), the capacity its instances give, and what
-the client offered. The bottom panel shows the per-token latency the policy decided on (the line), each finished request's
-client-side per-token latency (the dots, simple and complex apart) and the policy's target.
+the client offered. The bottom panel shows the per-token latency the policy decided on (the line), each
+finished request's client-side per-token latency (the dots, simple and complex apart) and the policy's
+target.
 """
 
 from __future__ import annotations

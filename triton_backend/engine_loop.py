@@ -25,6 +25,7 @@ from triton_backend.engine import Engine
 from triton_backend.engine_stats import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
+from triton_backend.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class EngineLoop:
         self._thread.join(drain_seconds + timeout)
 
     def _run(self) -> None:
+        name_this_thread(self._thread.name)
         stopping = False
         cancel_at: float | None = None  # the drain's end: what is in flight then is cancelled
         while True:

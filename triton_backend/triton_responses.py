@@ -24,6 +24,7 @@ import numpy as np
 from triton_backend.engine_stats import EngineStats
 from triton_backend.metrics import Observations, RequestTracker
 from triton_backend.outputs import FinishReason, RequestOutput
+from triton_backend.thread_names import name_this_thread
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import ResponseOptions
 
@@ -90,6 +91,7 @@ class ResponseThread:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        name_this_thread(self._thread.name)
         self._next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
         while True:
             try:

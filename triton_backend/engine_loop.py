@@ -7,6 +7,14 @@ sink must not block (the Triton model's sink puts into the response sender's que
 from the engine's next snapshot: a step can take longer than a scrape interval, and a scale-in that
 read an accepted request as absent would retire the instance under it.
 
+`EngineLoop.built_on_its_thread` builds the engine on the thread that will step it, as the Triton
+model does: with torch's OpenMP runtime (libgomp), every thread that runs a parallel operation keeps
+a team of workers of its own, and once a process holds more such workers than it has cores, every
+team's workers stop spinning between operations and sleep instead, to be woken for the next one. A
+model built on one thread and stepped on another left the stub with two teams, and its engine paid
+a wake-up for each of a decode step's hundreds of operations that an engine built and stepped on one
+thread (in process) does not.
+
 Once the engine has had nothing to do for `idle_seconds` after some work, the loop calls `on_idle`
 once (the Triton model gives the heap's free pages back there): a pause shorter than that costs
 nothing, and an instance left idle does not hold its busiest moment's memory.
@@ -20,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from triton_backend.engine import Engine
 from triton_backend.engine_stats import EngineStats
@@ -28,6 +37,9 @@ from triton_backend.sampling_params import SamplingParams
 from triton_backend.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
+
+Built = TypeVar("Built")
+THREAD_NAME = "nlg-engine"
 
 #: Quiet seconds after which `on_idle` runs.
 IDLE_SECONDS = 30.0
@@ -80,7 +92,38 @@ class EngineLoop:
         # thread counts down once a snapshot includes them.
         self._handed_over = 0
         self._handed_over_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="nlg-engine", daemon=True)
+        self._thread = threading.Thread(target=self._named_run, name=THREAD_NAME, daemon=True)
+
+    @classmethod
+    def built_on_its_thread(
+        cls,
+        build: Callable[[], Built],
+        engine_of: Callable[[Built], Engine],
+        sink: Callable[[RequestOutput], None],
+        on_idle: Callable[[], object] | None = None,
+    ) -> tuple[EngineLoop, Built]:
+        """Runs `build` on a new thread and, once it returns, the loop over `engine_of` its result on the
+        same thread; returns the running loop and what `build` returned. What `build` raises is raised
+        here, and the thread ends."""
+        handover: queue.SimpleQueue[tuple[EngineLoop, Built] | BaseException] = queue.SimpleQueue()
+
+        def run() -> None:
+            name_this_thread(THREAD_NAME)  # first: the OpenMP workers the build starts take the name
+            try:
+                built = build()
+                loop = cls(engine_of(built), sink, on_idle=on_idle)
+            except BaseException as err:
+                handover.put(err)
+                return
+            loop._thread = threading.current_thread()
+            handover.put((loop, built))
+            loop._run()
+
+        threading.Thread(target=run, name=THREAD_NAME, daemon=True).start()
+        result = handover.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def start(self) -> None:
         self._thread.start()
@@ -111,8 +154,11 @@ class EngineLoop:
         self._inbox.put(_Stop(drain_seconds))
         self._thread.join(drain_seconds + timeout)
 
+    def _named_run(self) -> None:
+        name_this_thread(THREAD_NAME)
+        self._run()
+
     def _run(self) -> None:
-        name_this_thread(self._thread.name)
         stopping = False
         cancel_at: float | None = None  # the drain's end: what is in flight then is cancelled
         while True:

@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+from engine_testkit import make_engine, tiny_model
 
-from tests.engine.engine_testkit import make_engine, tiny_model
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.thread_names import name_this_thread
 

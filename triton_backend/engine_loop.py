@@ -8,12 +8,15 @@ from the engine's next snapshot: a step can take longer than a scrape interval, 
 read an accepted request as absent would retire the instance under it.
 
 `EngineLoop.built_on_its_thread` builds the engine on the thread that will step it, as the Triton
-model does: with torch's OpenMP runtime (libgomp), every thread that runs a parallel operation keeps
-a team of workers of its own, and once a process holds more such workers than it has cores, every
-team's workers stop spinning between operations and sleep instead, to be woken for the next one. A
-model built on one thread and stepped on another left the stub with two teams, and its engine paid
-a wake-up for each of a decode step's hundreds of operations that an engine built and stepped on one
-thread (in process) does not.
+model does, so that the process holds one team of torch's OpenMP workers and they behave as its
+wait policy says. With libgomp every thread that runs a parallel operation keeps a team of its own,
+and once a process holds more workers than cores all of them sleep between operations whatever the
+policy: a model built on the stub's main thread and stepped on another fell into that by accident.
+The Triton model (model_repository/gpt2/1/model.py) sets OMP_WAIT_POLICY=PASSIVE unless the server's
+environment sets it: in-place scaling runs several instances, each a stub process, on a pod's cores,
+and workers that spin waiting for their next operation (the in-process engine's, on its main thread)
+starve the other instances' and every other process's; with ACTIVE a dedicated single-instance host
+gets the in-process behaviour.
 
 Once the engine has had nothing to do for `idle_seconds` after some work, the loop calls `on_idle`
 once (the Triton model gives the heap's free pages back there): a pause shorter than that costs

@@ -320,7 +320,7 @@ def render(results: dict[str, Any]) -> str:
             f"{r['peak_rss_mib']:.0f} | {r['load'][0]:.2f} / {r['load'][1]:.2f} |"
         )
     lines += ["", *ratios(setup["compare_at"], rows, results["pairs"], versions["transformers"])]
-    lines += cpu_split(setup["compare_at"], results["pairs"])
+    lines += cpu_split(setup["compare_at"], results["pairs"], results["omp_wait_policy"])
     return "\n".join(lines) + "\n"
 
 
@@ -354,7 +354,19 @@ def ratios(at: int, rows: list[list[Any]], pairs: list[dict[str, Any]], hf: str)
     return lines
 
 
-def cpu_split(at: int, pairs: list[dict[str, Any]]) -> list[str]:
+def wait_policy(policy: str) -> str:
+    """How the OpenMP workers of each engine waited for work in a run with OMP_WAIT_POLICY=`policy`
+    ("" for unset) in the benchmark's environment, which the server inherits."""
+    if policy:
+        return f"Every engine ran with OMP_WAIT_POLICY={policy}."
+    return (
+        "OMP_WAIT_POLICY was unset: in process OpenMP's workers spin for a while when they wait for work "
+        "(libgomp's default), served they sleep (model.py sets PASSIVE unless the server's environment "
+        "sets a policy)."
+    )
+
+
+def cpu_split(at: int, pairs: list[dict[str, Any]], policy: str) -> list[str]:
     """Where the CPU time of a served run goes, against the same load in process: CPU seconds per 1,000
     generated tokens of each part, the median over the pairs."""
     if not pairs:
@@ -373,7 +385,8 @@ def cpu_split(at: int, pairs: list[dict[str, Any]]) -> list[str]:
         "CPU seconds (user + system, from /proc/<pid>/stat and its threads' stat, no profiler) per 1,000 "
         f"generated tokens, the median over the {len(pairs)} pairs; the model names its threads in the kernel "
         "(`triton_backend/thread_names.py`), and threads OpenMP starts from the engine's carry its name. "
-        "While an OpenMP worker waits for work it spins for a while, which counts here.",
+        f"{wait_policy(policy)} Time an OpenMP worker spends spinning counts here, so on a loaded machine the "
+        "two engine rows differ by more than serving's own work.",
         "",
         "| part | what it holds | in process | through Triton |",
         "|---|---|---|---|",
@@ -425,6 +438,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "date": str(date.today()),
         "code": harness.revision(),
         "load_before": load_before,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", ""),
         "setup": {key: getattr(args, key) for key in ("preset", "prompt", "output", "compare_at")},
         "rows": rows,
         "pairs": pairs,

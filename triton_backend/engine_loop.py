@@ -7,6 +7,17 @@ sink must not block (the Triton model's sink puts into the response sender's que
 from the engine's next snapshot: a step can take longer than a scrape interval, and a scale-in that
 read an accepted request as absent would retire the instance under it.
 
+`EngineLoop.built_on_its_thread` builds the engine on the thread that will step it, as the Triton
+model does, so that the process holds one team of torch's OpenMP workers and they behave as its
+wait policy says. With libgomp every thread that runs a parallel operation keeps a team of its own,
+and once a process holds more workers than cores all of them sleep between operations whatever the
+policy: a model built on the stub's main thread and stepped on another fell into that by accident.
+The Triton model (model_repository/gpt2/1/model.py) sets OMP_WAIT_POLICY=PASSIVE unless the server's
+environment sets it: in-place scaling runs several instances, each a stub process, on a pod's cores,
+and workers that spin waiting for their next operation (the in-process engine's, on its main thread)
+starve the other instances' and every other process's; with ACTIVE a dedicated single-instance host
+gets the in-process behaviour.
+
 Once the engine has had nothing to do for `idle_seconds` after some work, the loop calls `on_idle`
 once (the Triton model gives the heap's free pages back there): a pause shorter than that costs
 nothing, and an instance left idle does not hold its busiest moment's memory.
@@ -20,13 +31,18 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from triton_backend.engine import Engine
 from triton_backend.engine_stats import EngineStats
 from triton_backend.outputs import FinishReason, RequestOutput
 from triton_backend.sampling_params import SamplingParams
+from triton_backend.thread_names import name_this_thread
 
 log = logging.getLogger(__name__)
+
+Built = TypeVar("Built")
+THREAD_NAME = "nlg-engine"
 
 #: Quiet seconds after which `on_idle` runs.
 IDLE_SECONDS = 30.0
@@ -79,7 +95,38 @@ class EngineLoop:
         # thread counts down once a snapshot includes them.
         self._handed_over = 0
         self._handed_over_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="nlg-engine", daemon=True)
+        self._thread = threading.Thread(target=self._named_run, name=THREAD_NAME, daemon=True)
+
+    @classmethod
+    def built_on_its_thread(
+        cls,
+        build: Callable[[], Built],
+        engine_of: Callable[[Built], Engine],
+        sink: Callable[[RequestOutput], None],
+        on_idle: Callable[[], object] | None = None,
+    ) -> tuple[EngineLoop, Built]:
+        """Runs `build` on a new thread and, once it returns, the loop over `engine_of` its result on the
+        same thread; returns the running loop and what `build` returned. What `build` raises is raised
+        here, and the thread ends."""
+        handover: queue.SimpleQueue[tuple[EngineLoop, Built] | BaseException] = queue.SimpleQueue()
+
+        def run() -> None:
+            name_this_thread(THREAD_NAME)  # first: the OpenMP workers the build starts take the name
+            try:
+                built = build()
+                loop = cls(engine_of(built), sink, on_idle=on_idle)
+            except BaseException as err:
+                handover.put(err)
+                return
+            loop._thread = threading.current_thread()
+            handover.put((loop, built))
+            loop._run()
+
+        threading.Thread(target=run, name=THREAD_NAME, daemon=True).start()
+        result = handover.get()
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def start(self) -> None:
         self._thread.start()
@@ -109,6 +156,10 @@ class EngineLoop:
         begun earlier keeps its own end if that comes first."""
         self._inbox.put(_Stop(drain_seconds))
         self._thread.join(drain_seconds + timeout)
+
+    def _named_run(self) -> None:
+        name_this_thread(THREAD_NAME)
+        self._run()
 
     def _run(self) -> None:
         stopping = False

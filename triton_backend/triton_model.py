@@ -26,6 +26,7 @@ import triton_python_backend_utils as pb_utils
 from triton_backend.engine_factory import build_engine
 from triton_backend.engine_loop import EngineLoop
 from triton_backend.host_memory import keep_freed_memory, release_freed_memory
+from triton_backend.outputs import RequestOutput
 from triton_backend.sampling_params import InvalidRequest, Limits
 from triton_backend.server_stop import StopBudget, read_server_args
 from triton_backend.server_watch import watch_parent, watch_stop
@@ -57,8 +58,14 @@ class GPT2Model:
             device = torch.device("cuda", int(args.get("model_instance_device_id", "0")))
         else:
             device = torch.device("cpu")
-        built = build_engine(settings, device)
-        engine, info, runner, cache = built.engine, built.info, built.runner, built.engine.cache
+        # Built on the engine's thread, which then steps it (see EngineLoop.built_on_its_thread).
+        self._engine, built = EngineLoop.built_on_its_thread(
+            lambda: build_engine(settings, device),
+            lambda built: built.engine,
+            self._respond,
+            on_idle=release_freed_memory,
+        )
+        info, runner, cache = built.info, built.runner, built.engine.cache
         shape = cache.shape
         self._limits = Limits(max_n=built.max_n)
         self._tokenizer = load_tokenizer()
@@ -67,12 +74,10 @@ class GPT2Model:
         )
         self._metrics = metrics
         self._responses = ResponseThread(pb_utils, metrics, self._engine_stats, self._abort)
-        self._engine = EngineLoop(engine, self._responses.put, on_idle=release_freed_memory)
         self._stop = StopBudget(settings.drain_seconds, server.exit_timeout_seconds)
         self._stop_noticed: float | None = None
         self._ids = itertools.count()
         self._responses.start()
-        self._engine.start()
         name, version = args["model_name"], args["model_version"]
         watch_stop(server.http_url, name, str(version), busy=self._busy, on_stopping=self._drain)
         log.info(
@@ -131,6 +136,10 @@ class GPT2Model:
                 seconds,
                 self._stop.exit_timeout_seconds,
             )
+
+    def _respond(self, output: RequestOutput) -> None:
+        # The engine sends its outputs here from its first step on, which comes after initialize().
+        self._responses.put(output)
 
     def _busy(self) -> bool:
         stats = self._engine.stats()

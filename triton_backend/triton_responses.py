@@ -24,6 +24,7 @@ import numpy as np
 from triton_backend.engine_stats import EngineStats
 from triton_backend.metrics import Observations, RequestTracker
 from triton_backend.outputs import FinishReason, RequestOutput
+from triton_backend.thread_names import name_this_thread
 from triton_backend.triton_metrics import TritonMetrics
 from triton_backend.triton_requests import ResponseOptions
 
@@ -75,7 +76,7 @@ class ResponseThread:
         self._streams: dict[str, _Stream] = {}
         self._tracker = RequestTracker()
         self._cancel_requested: set[str] = set()
-        self._observations = Observations()  # seen since the metrics were last recorded
+        self._observations = Observations()  # seen since the metrics were last recorded (_publish_when_due)
         self._next_check = 0.0
         self._thread = threading.Thread(target=self._run, name="nlg-responses", daemon=True)
 
@@ -90,6 +91,7 @@ class ResponseThread:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        name_this_thread(self._thread.name)
         self._next_check = time.monotonic() + CANCEL_CHECK_INTERVAL
         while True:
             try:
@@ -97,8 +99,8 @@ class ResponseThread:
             except queue.Empty:
                 item = None
             if item is _STOP:
+                self._metrics.record(self._observations)
                 return
-            self._observations = Observations()
             # A stream's outputs that queued up while the last ones were sent go out as one response:
             # each send costs the backend far more than a token, so a thread that falls behind catches
             # up instead of holding every stream to its own pace.
@@ -123,13 +125,14 @@ class ResponseThread:
                 except Exception:
                     log.exception("sending a response failed")
                 self._publish_when_due()
-            self._metrics.record(self._observations)
-            self._observations = Observations()
             self._publish_when_due()
 
     def _publish_when_due(self) -> None:
         """Every CANCEL_CHECK_INTERVAL, even in the middle of a backlog that never empties: the metrics
-        and the cancel checks are what the autoscaler and the clients wait on under overload."""
+        and the cancel checks are what the autoscaler and the clients wait on under overload. Only
+        then: each counter's increment is a round trip to the server (pb_utils sends it over the
+        stub's message queue), so an interval's tokens and requests go out summed, one increment per
+        counter, not one per response; a scrape every few seconds cannot tell the difference."""
         if time.monotonic() < self._next_check:
             return
         self._metrics.record(self._observations)

@@ -16,6 +16,9 @@ def _honour_pythonpath() -> None:
 
 
 _honour_pythonpath()
+# Read once, when torch loads OpenMP: its workers sleep between operations unless the server's
+# environment says otherwise (see triton_backend/engine_loop.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from triton_backend.load_errors import frameless  # noqa: E402
 from triton_backend.triton_model import GPT2Model  # noqa: E402

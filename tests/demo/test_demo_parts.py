@@ -151,3 +151,4 @@ def test_the_quick_start_states_the_sweep_step_and_the_streams_in_flight_the_cod
     assert f"{STEP_S:g} s a step (`--sweep-step`)" in text
     assert f"at most {MAX_IN_FLIGHT} streams are open at once" in text
     assert "The planner's start-up is the reload that adds an instance in place" in text
+    assert "`--duration 300` shows them go" in text

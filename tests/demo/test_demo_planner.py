@@ -183,7 +183,7 @@ def test_the_served_profile_is_the_engine_plus_the_overhead_and_reloads(tmp_path
 
 
 #: The lead the demo gives the planner: the reload that adds an instance in place, as it times it when it
-#: measures capacity with two (a few seconds on a CPU).
+#: measures capacity with two (a few seconds on a quiet CPU).
 RELOAD_S = 3.0
 
 
@@ -253,7 +253,8 @@ def test_the_demo_reports_and_plots_the_forecast_of_the_live_planner(tmp_path):
 @pytest.mark.integration
 def test_the_demos_planner_returns_to_one_instance_within_the_runs_tail_after_its_peak(tmp_path):
     """A peak the planner scales out for, then no load for as long as the demo's default run leaves
-    (half of its 180 s): the instances come back to one before the run ends."""
+    (half of its 180 s): with the reload of a quiet machine, the instances come back to one before the
+    run ends (the burst floor remembers ten reloads, and the stabilization window follows)."""
     args = planner_args(tmp_path)
     path = served_file(args)
     pod = PodMetrics()

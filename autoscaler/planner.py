@@ -17,8 +17,8 @@ Each round, from the window's statistics:
    the profile's figure, starts at the profile's 1. A short window lowers it to what the replicas carried
    within the SLO at the highest peak work its requests arrived into (per replica, less the share missed),
    taken one window later, once that load is known. Windows that meet the target with no replica more
-   than the work needs raise it by :data:`RISE` a start-up: it finds out when the traffic lets a replica
-   carry more, and a short window sets it back.
+   than the plan asks for (by the work or the burst floor) raise it by :data:`RISE` a start-up: it finds
+   out when the traffic lets a replica carry more, and a short window sets it back.
 4. **Size** (:func:`plan`): the work forecast over ``headroom`` of the learned capacity, or the *burst floor*
    over all of it, the larger: the 90th percentile, over the start-up-long slots remembered, of each slot's
    highest peak work, what arrives within one start-up, which a pod asked for then would not catch. The
@@ -246,7 +246,7 @@ def learn_capacity(capacity: float, shortfall: float | None, at_plan: bool, elap
     """The learned capacity after a round: down to a ``shortfall`` (what replicas carried within the SLO in
     a short window) when there is one below it, by :data:`MAX_CUT` at most; else up by :data:`RISE` a
     start-up over the ``elapsed`` s since the last round when the window met the target ``at_plan`` (no
-    replica more than the work needs)."""
+    replica more than the plan asks for)."""
     if shortfall is not None:
         return max(min(capacity, shortfall), capacity * (1 - MAX_CUT))
     return capacity * (1 + RISE) ** (elapsed / lead_s) if at_plan else capacity
@@ -365,12 +365,13 @@ def planner_decide(
         shortfall = asked[1] * (1 - max(pending.missed - floor, 0.0))
         pending = None
     elapsed = now - state.serving[-1][0] if state.serving else 0.0
-    at_plan = not short and not math.isnan(missed) and most <= math.ceil(work / (capacity * cfg.headroom) - 1e-9)
+    burst = burst_level(history, now, cfg.lead_s)
+    # The window met the target with no replica more than the plan asks for (by the work or the floor).
+    at_plan = not short and not math.isnan(missed) and most <= plan(work, burst, capacity, cfg.headroom)[0]
     learned = learn_capacity(capacity, shortfall, at_plan, elapsed, cfg.lead_s)
     why_capacity = f"{learned:.3g}x the profile's" + (
         f" (a short window: at most {shortfall:.3g})" if shortfall is not None and shortfall < capacity else ""
     )
-    burst = burst_level(history, now, cfg.lead_s)
     want, term = plan(ahead, burst, learned, cfg.headroom)
     if asked is not None and learned < capacity and want > current:
         trial = Trial(now, current, want, *asked, capacity)

@@ -78,7 +78,7 @@ def test_bursts_shorter_than_a_start_up_find_the_pods_the_first_one_asked_for():
     first = max(ready for when, _, ready, _ in log.pod_changes if when <= gap)
     opening = [ready_at(log, b * gap + 59) for b in (1, 2, 3)]
     assert first >= 2
-    assert min(opening) >= first and opening == sorted(opening), opening
+    assert min(opening) >= first, opening
 
 
 H100 = load_profile("benchmarks/profiles/h100-gpt2-xl-fp16.json")

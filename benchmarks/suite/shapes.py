@@ -84,7 +84,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("code x100", "test", "copies 2 s apart, the first half hour", _scaled("code", 100, 2, 3, *X100)),
     Shape("conv x10, fast", "test", "swings half as long", _scaled("conv", 10, 15, 5, "--speed", "2")),
     Shape("code x10, slow", "test", "bursts twice as long", _scaled("code", 10, 15, 5, "--speed", "0.5")),
-    Shape("code grouped", "test", "x10, in groups every 5 s", _scaled("code", 10, 2, 4, "--group", "5")),
+    Shape("code grouped", "test", "as recorded, in groups every 5 s", _scaled("code", 1, 0, 0, "--group", "5")),
     Shape("conv long prompts", "test", "x10, prompts at the context",
           (*_trace("conv"), *CLIPPED, "--scale", "10", "--scale-jitter", "15", "--scale-seed", "6")),  # fmt: skip
     Shape("code day", "test", f"x3 to x30 over a day in {DAY_S // 3600} h", _scaled(

@@ -53,7 +53,8 @@ def test_each_set_holds_every_class_of_traffic_the_suite_claims(split):
     assert {f.get("--speed") for f in given} >= {"0.5", "2"}
     assert any("--group" in f for f in given)
     assert any(f.get("--map-lengths") == "clip" for f in given)
-    assert [s.day for s in mine].count(True) >= 1 and all(("--day" in f) == s.day for s, f in zip(mine, given, strict=True))
+    assert [s.day for s in mine].count(True) >= 1
+    assert all(("--day" in f) == s.day for s, f in zip(mine, given, strict=True))
 
 
 def test_no_shape_of_the_test_set_is_a_shape_of_the_tune_set():

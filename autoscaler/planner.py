@@ -301,12 +301,13 @@ def plan(work: float, burst: float, capacity: float, headroom: float) -> tuple[i
     return by_work, "the work a start-up ahead"
 
 
-def judge_trial(trial: Trial, missed: float, short: bool, load: float, allowed: float) -> bool | None:
+def judge_trial(trial: Trial, missed: float, short: bool, load: float, allowed: float, backlog: bool) -> bool | None:
     """Whether a trial helped, judged on a window its count served whole: True (met the target, or closed
-    at least half the gap), False (did not), None (cannot tell: more work per replica than before)."""
+    at least half the gap), False (did not), None (cannot tell: more work per replica than before, or a
+    ``backlog``, the overload that asked for it still being served)."""
     if not short or missed <= (trial.missed + allowed) / 2:
         return True
-    return None if load > trial.load else False
+    return None if load > trial.load or backlog else False
 
 
 def planner_decide(
@@ -332,7 +333,9 @@ def planner_decide(
     fewest = min(n for t, n in serving if t >= since)
     most = max(n for t, n in serving if t > now - window.span)
     unfixed = tuple(u for u in state.unfixed if u[0] > keep)
-    trial = state.trial if state.trial and state.trial.since > keep and current >= state.trial.after else None
+    # A trial stands while its step does (the rate limits may bring it in parts), and is judged on what
+    # of it serves.
+    trial = state.trial if state.trial and state.trial.since > keep and current > state.trial.before else None
     pending = state.pending
     capacity = state.capacity
     target_misses = 1 - cfg.slo.target
@@ -344,8 +347,10 @@ def planner_decide(
         unfixed += ((now, min(missed - target_misses, floor)),)  # still there: remembered from now
     notes = []
     shortfall: float | None = None
-    if trial is not None and fewest >= trial.after:
-        helped = judge_trial(trial, missed, short, loaded / fewest, allowed)
+    if trial is not None and fewest >= min(trial.after, current):
+        # Requests waiting, or finishing later than a window after they came: an overload's backlog.
+        backlog = window.gauges.get("waiting", 0.0) > 0 or not late <= window.span
+        helped = judge_trial(trial, missed, short, loaded / fewest, allowed, backlog)
         if helped is False:
             capacity = max(capacity, trial.capacity)
             unfixed += ((now, missed - target_misses),)

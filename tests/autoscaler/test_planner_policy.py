@@ -387,10 +387,11 @@ def test_windows_meeting_the_target_at_the_plan_shrink_the_fleet_until_a_short_w
 
 def test_a_trial_helped_when_it_met_the_target_or_closed_half_the_gap():
     trial = Trial(0, 2, 3, missed=0.05, load=0.8, capacity=1.0)
-    assert judge_trial(trial, 0.005, False, 0.6, 0.01) is True
-    assert judge_trial(trial, 0.03, True, 0.6, 0.01) is True
-    assert judge_trial(trial, 0.04, True, 0.6, 0.01) is False
-    assert judge_trial(trial, 0.04, True, 0.9, 0.01) is None  # more work per replica than before: no telling
+    assert judge_trial(trial, 0.005, False, 0.6, 0.01, backlog=False) is True
+    assert judge_trial(trial, 0.03, True, 0.6, 0.01, backlog=False) is True
+    assert judge_trial(trial, 0.04, True, 0.6, 0.01, backlog=False) is False
+    assert judge_trial(trial, 0.04, True, 0.9, 0.01, backlog=False) is None  # more work per replica than before
+    assert judge_trial(trial, 0.04, True, 0.6, 0.01, backlog=True) is None  # the overload's backlog still served
 
 
 def test_misses_more_replicas_do_not_fix_never_ratchet(profile_path):

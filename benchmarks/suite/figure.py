@@ -31,8 +31,11 @@ def _steps(points: list[list[float]], end: float) -> tuple[list[float], list[flo
     return t, n
 
 
-def draw(data: Mapping[str, Any], split: str, path: Path) -> Path:
+def draw(data: Mapping[str, Any], split: str, path: Path) -> Path | None:
+    """The set's figure at ``path``; None, and nothing drawn, where the results hold none of its shapes."""
     shapes = [s for s in data["shapes"] if s["split"] == split and s.get("deciding")]
+    if not shapes:
+        return None
     cols = 3
     rows = max(1, math.ceil(len(shapes) / cols))
     fig, axes = plt.subplots(rows, cols, figsize=(12, 2.3 * rows + 0.8), squeeze=False)

@@ -52,7 +52,9 @@ class RequestTracker:
                     choice.first = output.time
                     into.time_to_first_token.append(output.time - output.arrival)
                 elif choice.last is not None:
-                    into.inter_token_latency.append((output.time - choice.last) / new)
+                    # Steps run back to back hand over their tokens in one output: each token is one gap,
+                    # the interval's share, so the count stays a token's and the sum the decode time.
+                    into.inter_token_latency.extend([(output.time - choice.last) / new] * new)
                 choice.last = output.time
             if reason is not None and not choice.done:
                 choice.done = True

@@ -19,6 +19,8 @@ from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
+from autoscaler.profile import load_profile
+from benchmarks import harness
 from benchmarks.scaling.analysis import figures
 from benchmarks.suite.shapes import PROFILE, Shape
 from nlgsim.anchors import ANCHORS
@@ -33,6 +35,9 @@ DEFAULT = "planner"
 #: Every policy each shape runs besides the fixed fleets: the project's (the planner, the planner as it was,
 #: and ``pertoken`` at the chart's default threshold) and the anchors at their documented defaults.
 POLICIES = (DEFAULT, "planner-v1", "pertoken:25", *ANCHORS)
+#: References, never policies: the lagged oracle holding each interval's need for one start-up of the
+#: profile and for five, told it only after the interval (:mod:`nlgsim.lagged`); run with ``--extend``.
+REFERENCES = tuple(f"lagged:{k * load_profile(harness.REPO / PROFILE).startup_s:g}" for k in (1, 5))
 
 
 def plan_of(shape: Shape) -> Plan:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.suite.render import render, verdict
-from benchmarks.suite.runner import best_fixed_search, plan_of
+from benchmarks.suite.render import limit, lost, render, verdict
+from benchmarks.suite.runner import REFERENCES, best_fixed_search, plan_of
 from benchmarks.suite.shapes import DAY_X_FIXED, SHAPES, SPLITS, shape
 from nlgsim.protocol_result import OracleSummary, ProtocolResult, Replicate, RunKey, RunResult
 from nlgsim.results import Summary
@@ -68,9 +68,21 @@ def test_no_shape_of_the_test_set_is_a_shape_of_the_tune_set():
 def result_with(attained: dict[int, float], oracle: tuple[int, ...] = (3, 5, 4)) -> ProtocolResult:
     """A protocol result of fixed fleets whose attainment is ``attained[n]`` (one window)."""
     runs = tuple(
-        RunResult(RunKey(f"fixed:{n}", 0), Summary(
-            f"fixed:{n}", 100, {}, a, n * 100.0, math.nan, n, *([0.0] * 7), 100.0, attainment_feasible=a,
-        ))  # fmt: skip
+        RunResult(
+            RunKey(f"fixed:{n}", 0),
+            Summary(
+                f"fixed:{n}",
+                100,
+                {},
+                a,
+                n * 100.0,
+                math.nan,
+                n,
+                *([0.0] * 7),
+                100.0,
+                attainment_feasible=a,
+            ),
+        )  # fmt: skip
         for n, a in attained.items()
     )
     return ProtocolResult(
@@ -123,6 +135,20 @@ def test_a_shape_is_met_at_the_target_for_no_more_than_the_best_fixed_fleet_or_a
 def test_without_one_fewer_beside_the_best_fixed_fleet_the_verdict_is_unknown():
     data = {**shape_data((0.999, 10.0)), "bracketed": False}
     assert verdict(data) == (None, "unknown: one replica fewer than `fixed:3` was not run")
+
+
+@pytest.mark.parametrize(("lagged", "says"), [(0.95, "the start-up"), (0.995, "the planner's estimate")])
+def test_a_shape_not_met_names_its_limit_by_whether_the_lagged_oracle_meets_it(lagged, says):
+    data = shape_data((0.95, 900.0))
+    data["policies"] |= {r: {"feasible": lagged, "gpu": 900.0} for r in REFERENCES}
+    assert limit(data).startswith(says)
+    (line,) = lost({"shapes": [data]})
+    assert "not met: 95.00% < 99%" in line and says in line
+    assert all(r not in line.partition("Tried besides")[2] for r in REFERENCES)  # a reference is no approach
+
+
+def test_a_shape_met_is_not_listed_as_lost():
+    assert lost({"shapes": [shape_data((0.995, 900.0))]}) == []
 
 
 def test_the_committed_report_is_what_its_results_render():

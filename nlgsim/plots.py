@@ -418,6 +418,8 @@ def _trace_replicas(result: ProtocolResult, path: Path, title: str) -> Path:
         shown[hpa[0].name] = in_rep[hpa[0].name].timeline
     # The lagged oracle: the oracle's own counts, a start-up late and held (nlgsim/lagged.py).
     shown.update({p: in_rep[p].timeline for p in in_rep if family(p) in REFERENCES})
+    if not shown:  # none of those families ran: the policies that did, as many as the panels hold
+        shown = {p: r.timeline for p, r in list(in_rep.items())[:REPLICA_PANELS]}
     length = (rep.until or 0.0) - rep.since
     orc_n = list(result.oracle_in(rep))
     orc_t = [k * orc.interval_s for k in range(len(orc_n) + 1)]

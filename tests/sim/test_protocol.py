@@ -239,3 +239,15 @@ def test_window_requests_cover_the_warm_up_and_the_window_only(trace_file, profi
     assert since == ORACLE_WARMUP_S and until == ORACLE_WARMUP_S + window_length(plan, _trace_cached(plan)[-1].arrival)
     assert all(0 <= r.arrival < until for r in reqs)
     assert isinstance(reqs[0], Request)
+
+
+@pytest.mark.parametrize("policy", ["planner-v1", "kpa"])
+def test_a_trace_run_of_a_policy_the_figure_does_not_single_out_still_draws_its_pods(
+    trace_file, profile_file, tmp_path, policy
+):
+    out = tmp_path / "out"
+    assert main(["run", "--protocol", "trace", "--profile", profile_file, "--workload", f"trace:{trace_file}",
+                 "--policy", policy, "--out", str(out)]) == 0  # fmt: skip
+    result = ProtocolResult.from_json(json.loads((out / "protocol.json").read_text()))
+    assert result.oracle is not None and len(set(result.oracle.replicas)) > 1  # the figure is drawn
+    assert (out / "replicas.png").stat().st_size > 5000

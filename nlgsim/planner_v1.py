@@ -58,6 +58,7 @@ from autoscaler.aggregate import WindowStats, nearest_rank
 from autoscaler.capacity import choices_per_second, exponential_lengths, slo_batch, step_estimate
 from autoscaler.config import ScalerSpec
 from autoscaler.decide import Decision, bounds, rate_limit, record_event, serving_replicas, stabilize
+from autoscaler.planner import Mix, rising
 from autoscaler.planner import PlannerConfig as CurrentConfig
 from autoscaler.profile import EngineProfile
 from autoscaler.slo import SLO
@@ -69,11 +70,6 @@ NAME = "planner-v1"
 #: ``burst_lookback: 0``: the burst level looks back this many start-ups, long enough to hold several
 #: gaps between bursts and short enough to let a quieter hour scale in.
 BURST_LOOKBACK_STARTUPS = 10
-
-#: Standard errors a trend's slope must exceed to count (about 95% one-sided for the few independent
-#: windows a trend window holds): the lead multiplies the slope, so a trend of noise would size the fleet.
-TREND_Z = 2.0
-
 
 #: The plan fraction it shipped with: the per-token latency planned, as a share of what the SLO allows.
 PLAN_FRACTION = 0.6
@@ -108,16 +104,6 @@ class PlannerConfig:
 
 
 @dataclass(frozen=True)
-class Mix:
-    """Mean prompt tokens of a request, generated tokens of a choice, choices of a request."""
-
-    prompt_tokens: float
-    output_tokens: float
-    choices: float
-    measured: bool = False
-
-
-@dataclass(frozen=True)
 class PlannerState:
     replicas: int
     work: tuple[tuple[float, float], ...] = ()
@@ -139,42 +125,6 @@ class PlannerState:
 
     def with_replicas(self, replicas: int) -> PlannerState:
         return replace(self, replicas=replicas)
-
-
-def _fit(points: tuple[tuple[float, float], ...]) -> tuple[float, float, float, float]:
-    """Least squares of ``(t, value)`` points: the slope (0 where every t is the same), the means of t
-    and of the values, and the sum of squared deviations of t."""
-    n = len(points)
-    mt = sum(t for t, _ in points) / n
-    mv = sum(v for _, v in points) / n
-    var = sum((t - mt) ** 2 for t, _ in points)
-    slope = 0.0 if var == 0 else sum((t - mt) * (v - mv) for t, v in points) / var
-    return slope, mt, mv, var
-
-
-def trend(points: tuple[tuple[float, float], ...]) -> float:
-    """Least-squares slope of ``(t, value)`` points; 0 with fewer than 3 points."""
-    return _fit(points)[0] if len(points) >= 3 else 0.0
-
-
-def significant_slope(points: tuple[tuple[float, float], ...], span: float) -> float:
-    """The least-squares slope less ``TREND_Z`` standard errors, or 0 when that is not positive: the
-    rise that the points' own scatter does not explain.
-
-    The points are window averages taken every round, so windows ``span`` long overlap and a minute of
-    them holds about two independent measurements, not twelve: the error counts one point per ``span``
-    of the time the points cover (at least one degree of freedom). A noisy flat load then has no trend,
-    while a steady ramp, whose points lie on a line, keeps its whole slope.
-    """
-    if len(points) < 3:
-        return 0.0
-    slope, mt, mv, var = _fit(points)
-    if slope <= 0:
-        return 0.0
-    residual = sum((v - mv - slope * (t - mt)) ** 2 for t, v in points)
-    independent = (points[-1][0] - points[0][0]) / span + 1.0
-    error = math.sqrt(residual / (var * max(independent - 2.0, 1.0)))
-    return max(slope - TREND_Z * error, 0.0)
 
 
 def trend_span_s(cfg: PlannerConfig, span: float) -> float:
@@ -504,7 +454,7 @@ def planner_decide(
     # reaches from there to one start-up ahead. A slope over less than half the trend window (after a
     # start or a restart) is mostly noise, which the lead multiplies: no trend until then.
     spanned = recent[-1][0] - recent[0][0] >= fitted / 2
-    slope = significant_slope(recent, window.span) if spanned else 0.0
+    slope = rising(recent, window.span) if spanned else 0.0
     forecast = max(work, work + slope * (cfg.lead_s + window.span / 2))
     burst = burst_level(history, now, cfg.lead_s, cfg.lookback_s, cfg.burst_quantile)
     # The headroom keeps the forecast's replicas below full; the burst level is already a high quantile

@@ -5,8 +5,8 @@
     .venv/bin/python -m benchmarks.suite --workers 2 --json benchmarks/results/suite.json \
         --report benchmarks/suite.md --extend --policy lagged:60 --policy lagged:300
 
-The second adds the references (``runner.REFERENCES``) that tell a shape's limit; on a whole run's
-results, the suite's time is then both runs'.
+The second adds the references (``runner.REFERENCES``) that tell a shape's limit (``--shape`` for some
+shapes only); on a whole run's results, the suite's time is then both runs'.
 
 ``--shape NAME`` (repeatable) or ``--split tune|test`` measures part of it; with ``--update`` the shapes
 measured replace theirs in the ``--json`` file and the rest are kept; with ``--extend``, the ``--policy``
@@ -58,9 +58,10 @@ def measure(args: argparse.Namespace, old: dict[str, Any] | None = None) -> dict
             partial = {**data, "wall_seconds": None, "cpu_seconds": None, "partial_runs": True}
             harness.write_json(args.json, merged(old, partial) if old else partial)
     done = {**data, "wall_seconds": round(time.monotonic() - start, 1), "cpu_seconds": round(cpu_seconds() - cpu, 1)}
-    if args.extend and old and not old.get("partial_runs") and len(chosen) == len(old["shapes"]):
-        # Rows added to every shape of one whole run: the suite's time is both runs'.
-        return {**old, "shapes": data["shapes"], **{k: old[k] + done[k] for k in ("wall_seconds", "cpu_seconds")}}
+    if args.extend and old and not old.get("partial_runs"):
+        # Rows added to the shapes of one whole run: the suite's time is both runs'.
+        times = {k: round(old[k] + done[k], 1) for k in ("wall_seconds", "cpu_seconds")}
+        return {**merged(old, done), **{k: old[k] for k in ("code", "date", "workers")}, **times, "partial_runs": False}
     return merged(old, done) if old else done
 
 

@@ -39,7 +39,8 @@ def verdict(shape: Mapping[str, Any], policy: str = DEFAULT) -> tuple[bool | Non
     if fixed is None:
         if f["feasible"] >= shape["target"] - 1e-12:
             return True, "met: no fixed fleet run reaches the target"
-        return None, "unknown: no fixed fleet run reaches the target"
+        short = f"{100 * f['feasible']:.2f}% < {100 * shape['target']:g}%"
+        return False, f"not met: {short}, and no fixed fleet run (up to the most replicas allowed) reaches it"
     if not shape["bracketed"]:
         return None, f"unknown: one replica fewer than `{fixed}` was not run"
     x = ratio(shape, policy)
@@ -51,11 +52,15 @@ def verdict(shape: Mapping[str, Any], policy: str = DEFAULT) -> tuple[bool | Non
     return met, "met" if met else "not met: " + ", ".join(why)
 
 
+def _times(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.2f}"
+
+
 def cell(shape: Mapping[str, Any], policy: str) -> str:
     if policy not in shape["policies"]:
         return "-"
-    f = shape["policies"][policy]
-    return f"{100 * f['feasible']:.2f}% {ratio(shape, policy):.2f}x"
+    f, x = shape["policies"][policy], ratio(shape, policy)
+    return f"{100 * f['feasible']:.2f}%" + ("" if math.isnan(x) else f" {x:.2f}x")
 
 
 def _reference(policy: str) -> bool:
@@ -147,8 +152,8 @@ def detail(shape: Mapping[str, Any]) -> list[str]:
         name = f"`{p}` (best fixed)" if p == fixed else f"`{p}`"
         windows = ", ".join(f"{100 * w:.2f}" for w in f["windows"])
         lines.append(
-            f"| {name} | {100 * f['feasible']:.2f} | {windows} | {f['gpu']:.0f} | {ratio(shape, p):.2f} | {f['peak']} "
-            f"| {f['events']:.1f} |"
+            f"| {name} | {100 * f['feasible']:.2f} | {windows} | {f['gpu']:.0f} | {_times(ratio(shape, p))} "
+            f"| {f['peak']} | {f['events']:.1f} |"
         )
     return [*lines, ""]
 

@@ -147,6 +147,12 @@ def test_a_shape_not_met_names_its_limit_by_whether_the_lagged_oracle_meets_it(l
     assert all(r not in line.partition("Tried besides")[2] for r in REFERENCES)  # a reference is no approach
 
 
+@pytest.mark.parametrize(("planner", "met"), [(0.995, True), (0.95, False)])
+def test_where_no_fixed_fleet_reaches_the_target_the_default_must_reach_it(planner, met):
+    data = {**shape_data((planner, 900.0)), "best_fixed": None, "bracketed": False}
+    assert verdict(data)[0] is met
+
+
 def test_a_shape_met_is_not_listed_as_lost():
     assert lost({"shapes": [shape_data((0.995, 900.0))]}) == []
 

@@ -79,18 +79,25 @@ def references(shape: Mapping[str, Any]) -> list[str]:
 
 def limit(shape: Mapping[str, Any]) -> str:
     """Why ``shape`` is not met, from its figures: whether a scaler told each interval's need exactly, one
-    start-up late (the lagged oracle, :mod:`nlgsim.lagged`), would meet it, and what the default misses by."""
+    start-up late (the lagged oracle, :mod:`nlgsim.lagged`), meets it, reaches the target only for more than
+    the goal's GPU-seconds, or misses the target too."""
     refs = references(shape)
     if not refs:
         return "no reference was run"
     lagged = "; ".join(f"`{r}` {cell(shape, r)}" for r in refs)
-    if not any(verdict(shape, r)[0] for r in refs):
+    if any(verdict(shape, r)[0] for r in refs):
+        return f"the planner's estimate: a scaler told each interval's need after it meets it ({lagged})"
+    if any(shape["policies"][r]["feasible"] >= shape["target"] - 1e-12 for r in refs):
         return (
-            f"the start-up: a scaler told each interval's need exactly, but after the interval ({lagged}), "
-            "does not meet it either; what is left is holding replicas ahead of the bursts, which a fixed fleet "
-            "does for all of them"
+            "the cost of following the load: a scaler told each interval's need exactly, but after the interval "
+            f"({lagged}), reaches the target only for more GPU-seconds than the goal allows; the best fixed fleet's "
+            "whole replicas hold this load with little to spare"
         )
-    return f"the planner's estimate: a scaler told each interval's need after it meets it ({lagged})"
+    return (
+        f"the start-up: a scaler told each interval's need exactly, but after the interval ({lagged}), misses "
+        "the target too; the load changes faster than a pod starts, and what is left is holding replicas ahead "
+        "of it, which a fixed fleet does"
+    )
 
 
 def lost(data: Mapping[str, Any]) -> list[str]:

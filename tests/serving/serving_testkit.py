@@ -116,6 +116,26 @@ def metric(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     )
 
 
+def settled_scrape(metrics_url: str, timeout: float = 30.0) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A scrape once the model is idle and its counts have stopped moving: the server is shared by the
+    session's tests, and what an earlier test's streams finished goes out with the model's next interval
+    (``CANCEL_CHECK_INTERVAL``), so a scrape taken as they end would count them for the next test."""
+    from triton_backend.triton_responses import CANCEL_CHECK_INTERVAL
+
+    def counts(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[Any, float]:
+        return {k: v for k, v in samples.items() if k[0].startswith("nlg_") and k[0].endswith(("_total", "_count"))}
+
+    deadline = time.monotonic() + timeout
+    last = scrape(metrics_url)
+    while True:
+        time.sleep(3 * CANCEL_CHECK_INTERVAL)
+        now = scrape(metrics_url)
+        idle = metric(now, "nlg_requests_running") == 0 and metric(now, "nlg_requests_waiting") == 0
+        if (idle and counts(now) == counts(last)) or time.monotonic() > deadline:
+            return now
+        last = now
+
+
 def wait_for(predicate: Any, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

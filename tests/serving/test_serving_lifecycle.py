@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from serving_testkit import Stream, alive, grpc_generate, metric, scrape, stub_pids, wait_for
+from serving_testkit import Stream, alive, grpc_generate, metric, scrape, settled_scrape, stub_pids, wait_for
 
 from triton_backend.launch import TritonServer
 from triton_backend.settings import DrainBudget
@@ -115,7 +115,7 @@ def test_sigkill_of_the_server_leaves_no_stub_behind():
 
 
 def test_a_client_killed_mid_stream_is_counted_as_cancelled(triton_tiny):
-    before = scrape(triton_tiny.metrics_url)
+    before = settled_scrape(triton_tiny.metrics_url)
     clients = [
         subprocess.Popen(
             [

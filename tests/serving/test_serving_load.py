@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import tritonclient.grpc as grpcclient
-from serving_testkit import grpc_generate, metric, scrape, wait_for
+from serving_testkit import grpc_generate, metric, scrape, settled_scrape, wait_for
 
 from triton_backend.cli.requests import generate_inputs
 
@@ -36,7 +36,7 @@ def test_sixteen_concurrent_streams_all_complete(triton_tiny):
 
 def test_cancelled_stream_stops_generating_and_frees_its_slot(triton_tiny):
     url = triton_tiny.metrics_url
-    before = scrape(url)  # the server is the session's: other tests' requests are in its counters
+    before = settled_scrape(url)  # the server is the session's: other tests' requests are in its counters
     cancelled_before = metric(before, "nlg_requests_finished_total", finish_reason="cancelled")
     generated_before = metric(before, "nlg_generation_tokens_total")
     responses: queue.Queue = queue.Queue()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from serving_testkit import grpc_generate, metric, scrape, wait_for
+from serving_testkit import grpc_generate, metric, scrape, settled_scrape, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -17,7 +17,7 @@ HISTOGRAMS = (
 
 def test_histograms_and_counters_match_the_requests(triton_tiny):
     url = triton_tiny.metrics_url
-    before = scrape(url)
+    before = settled_scrape(url)  # not counting what earlier tests' streams finish now
     requests = [("one", 1, 6), ("two", 2, 9), ("three", 1, 4)]  # prompt, n, max_tokens
     for prompt, n, max_tokens in requests:
         got = grpc_generate(

@@ -358,9 +358,9 @@ def trace_summary(result: ProtocolResult, path: Path, title: str) -> Path:
     return _save(fig, path)
 
 
-#: Policies a thesis result's replica figure draws, a panel each: the thesis's seven and the three anchors
-#: stay readable; a whole family's settings do not, and its front says more.
-REPLICA_PANELS = 10
+#: Policies a thesis result's replica figure draws, a panel each: the thesis's policies, both planners, the
+#: three anchors and a fixed count stay readable; a whole family's settings do not, and its front says more.
+REPLICA_PANELS = 12
 
 
 def protocol_figure_kinds(result: ProtocolResult) -> list[str]:
